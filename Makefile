@@ -1,0 +1,40 @@
+# The two commands of the README: `make demo` and `make test`. Both install what is
+# missing first (apt-get), then build.
+SWIFT ?= swift
+BUILD_FLAGS ?=
+BIN = .build/debug/containerfs
+RELEASE_BIN = .build/release/containerfs
+PREFIX ?= /usr/local
+
+.PHONY: deps build release test demo bench install clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(SWIFT) build $(BUILD_FLAGS)
+
+release: deps
+	$(SWIFT) build -c release $(BUILD_FLAGS)
+
+# Every test: the pure policy, the store, and real mounts driven by real programs.
+# A hung mount cannot be interrupted from inside swift test, hence the outer timeout
+# and the sweep of leftover mounts afterwards.
+test: build
+	timeout --kill-after=30 1200 $(SWIFT) test $(BUILD_FLAGS) --no-parallel; status=$$?; \
+	  scripts/sweep-mounts.sh; exit $$status
+
+demo: release
+	scripts/demo.sh $(RELEASE_BIN)
+
+bench: release
+	scripts/install-deps.sh --bench
+	bench/run.sh $(RELEASE_BIN)
+
+install: release
+	install -m 0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/containerfs
+	install -m 0755 mount-helper/mount.containerfs $(DESTDIR)/sbin/mount.containerfs
+	ln -sf mount.containerfs $(DESTDIR)/sbin/mount.fuse.containerfs
+
+clean:
+	rm -rf .build

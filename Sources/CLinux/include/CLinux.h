@@ -1,0 +1,36 @@
+// Linux calls and constants that Swift's Glibc module does not export: they need
+// _GNU_SOURCE (O_PATH, renameat2) or are too new for glibc 2.36 (openat2).
+#ifndef CLINUX_H
+#define CLINUX_H
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+
+// Defined in linux.c, where _GNU_SOURCE is in force; Swift's importer does not see it.
+extern const int clinux_O_PATH;
+extern const int clinux_O_DIRECT;
+extern const int clinux_AT_EMPTY_PATH;
+extern const unsigned clinux_RENAME_NOREPLACE;
+extern const unsigned clinux_RENAME_EXCHANGE;
+extern const short clinux_POSIX_SPAWN_SETSID;
+
+/// openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS:
+/// `path` is resolved strictly below `dirfd`, following no symlink at any component.
+int clinux_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
+
+/// renameat2(2); glibc 2.36 has it only under _GNU_SOURCE.
+int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags);
+
+/// fchmodat2(2) with AT_EMPTY_PATH: chmod the node an O_PATH descriptor names.
+int clinux_fchmod_path_fd(int fd, mode_t mode);
+
+/// copy_file_range(2), declared by glibc only under _GNU_SOURCE.
+ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned flags);
+
+/// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
+int clinux_setfsuid(uid_t uid);
+int clinux_setfsgid(gid_t gid);
+
+#endif

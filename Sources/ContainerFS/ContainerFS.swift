@@ -1,0 +1,1 @@
+// The FUSE adapter (in progress).

@@ -1,0 +1,120 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+/// A container's directory on disk: the tree a mount shows, plus the state folder.
+///
+/// Everything below the root is reached through `rootFD` with `*at` calls that do not
+/// follow symlinks, so nothing in the store can lead the daemon outside it.
+public final class Store: Sendable {
+    /// The path the user named, for messages only.
+    public let path: String
+    /// An `O_PATH` descriptor of the store's root directory.
+    public let rootFD: Int32
+    /// An `O_PATH` descriptor of the state folder, `.containerfs/`.
+    public let stateFD: Int32
+    /// The container's layout, with its bundle's name.
+    public let layout: ContainerLayout
+
+    private init(path: String, rootFD: Int32, stateFD: Int32, layout: ContainerLayout) {
+        self.path = path
+        self.rootFD = rootFD
+        self.stateFD = stateFD
+        self.layout = layout
+    }
+
+    deinit {
+        close(stateFD)
+        close(rootFD)
+    }
+
+    /// The marker a store's state folder holds, so a foreign directory is never taken for one.
+    static let formatName = Array(name: "format")
+    static let formatContents = Array("containerfs-store 1\n".utf8)
+    static let bundleNameFile = Array(name: "bundle-name")
+
+    /// Opens the store at `path` and checks that it is a whole container.
+    public static func open(_ path: String) throws(UserError) -> Store {
+        let rootFD = Glibc.open(path, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
+        guard rootFD >= 0 else {
+            let error = Errno.current
+            switch error.code {
+            case ENOENT: throw UserError("no store at \(path): make one with 'containerfs create \(path) --bundle NAME.app'")
+            case ENOTDIR: throw UserError("\(path) is not a folder: name a container store made with 'containerfs create'")
+            default: throw UserError("cannot open store \(path): \(error)")
+            }
+        }
+        do {
+            let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
+            do {
+                guard try readFile(at: stateFD, formatName) == formatContents else { throw Errno(EINVAL) }
+                let bundleName = try readFile(at: stateFD, bundleNameFile)
+                let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName))
+                try store.checkStructure()
+                return store
+            } catch let error as UserError {
+                close(stateFD)
+                throw error
+            } catch {
+                close(stateFD)
+                throw UserError("\(path) is not a container store (its .containerfs/ is incomplete): make one with 'containerfs create'")
+            }
+        } catch let error as UserError {
+            close(rootFD)
+            throw error
+        } catch {
+            close(rootFD)
+            throw UserError("\(path) is not a container store (no .containerfs/ folder): make one with 'containerfs create'")
+        }
+    }
+
+    /// Fails unless the bundle and every standard directory are real directories.
+    private func checkStructure() throws(UserError) {
+        let required = [ContainerPath(components: [layout.bundleName])] + StandardDirectory.allCases.map(\.path)
+        for directory in required {
+            var info = stat()
+            let found = withCName(directory.bytes) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+            guard found, info.st_mode & S_IFMT == S_IFDIR else {
+                throw UserError("store \(path) is damaged: \(directory) is missing or not a folder; restore it or create the container again")
+            }
+        }
+    }
+
+    /// The path of the store's state folder, for messages.
+    public var statePath: String { path + "/.containerfs" }
+}
+
+/// Opens the directory `name` inside `parent` as an `O_PATH` descriptor, following no symlink.
+public func openDirectory(at parent: Int32, _ name: [UInt8]) throws(Errno) -> Int32 {
+    try withCName(name) { (cname) throws(Errno) in
+        try sys { openat(parent, cname, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+    }
+}
+
+/// Reads the small regular file `name` inside `parent` whole.
+public func readFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> [UInt8] {
+    let fd = try withCName(name) { (cname) throws(Errno) in
+        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+    }
+    defer { close(fd) }
+    var contents: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = try sys { chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) } }
+        if count == 0 { return contents }
+        contents += chunk[0..<count]
+    }
+}
+
+/// Writes `contents` to a new file `name` inside `parent` (which must not exist), with `mode`.
+public func writeNewFile(at parent: Int32, _ name: [UInt8], _ contents: [UInt8], mode: mode_t = 0o644) throws(Errno) {
+    let fd = try withCName(name) { (cname) throws(Errno) in
+        try sys { openat(parent, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
+    }
+    defer { close(fd) }
+    var written = 0
+    while written < contents.count {
+        let offset = written
+        written += try sys { contents.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) } }
+    }
+}

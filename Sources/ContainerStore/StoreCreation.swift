@@ -1,0 +1,129 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+extension Store {
+    /// Makes a new container at `path` holding a copy of the bundle at `bundlePath`.
+    ///
+    /// The container is built in a hidden sibling and renamed into place only when
+    /// complete, so a failure leaves nothing behind. `path` must not exist or be empty.
+    public static func create(at path: String, bundle bundlePath: String) throws(UserError) -> Store {
+        let bundleName = try checkBundle(bundlePath)
+        let (parentPath, leaf) = splitParent(path)
+        let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parentFD >= 0 else {
+            throw UserError("cannot create \(path): its parent folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+        }
+        defer { close(parentFD) }
+        try checkTargetIsFree(parentFD, leaf, path: path)
+
+        let staging = Array(".\(String(decoding: leaf, as: UTF8.self)).creating-\(getpid())".utf8)
+        do {
+            try withCName(staging) { (name) throws(Errno) in _ = try sys { mkdirat(parentFD, name, 0o755) } }
+        } catch {
+            throw UserError("cannot create \(path): \(error)")
+        }
+        do {
+            let stagingFD = try openDirectory(at: parentFD, staging)
+            defer { close(stagingFD) }
+            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName)
+            try withCName(staging) { (from) throws(Errno) in
+                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
+            }
+        } catch {
+            removeTree(at: parentFD, staging)
+            if let error = error as? UserError { throw error }
+            throw UserError("cannot create \(path): \(error)")
+        }
+        return try open(path)
+    }
+
+    /// Checks the bundle path and returns the bundle's name.
+    private static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
+        var info = stat()
+        guard lstat(bundlePath, &info) == 0 else {
+            throw UserError.usage("no bundle at \(bundlePath): name an existing NAME.app folder with --bundle")
+        }
+        if info.st_mode & S_IFMT == S_IFLNK {
+            throw UserError.usage("bundle \(bundlePath) is a symlink: name the real NAME.app folder")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw UserError.usage("bundle \(bundlePath) is not a folder: name a NAME.app folder")
+        }
+        let name = splitParent(bundlePath).leaf
+        guard name.count > 4, name.suffix(4).elementsEqual(".app".utf8) else {
+            throw UserError.usage("bundle \(bundlePath) must be a folder named NAME.app, as an iOS app bundle is")
+        }
+        return name
+    }
+
+    private static func checkTargetIsFree(_ parentFD: Int32, _ leaf: [UInt8], path: String) throws(UserError) {
+        var info = stat()
+        let exists = withCName(leaf) { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+        guard exists else { return }
+        let isEmptyDirectory: Bool
+        if info.st_mode & S_IFMT == S_IFDIR, let fd = try? openDirectory(at: parentFD, leaf) {
+            isEmptyDirectory = (try? Directory.entries(of: fd).isEmpty) ?? false
+            close(fd)
+        } else {
+            isEmptyDirectory = false
+        }
+        guard isEmptyDirectory else {
+            throw UserError.usage("\(path) already exists and is not an empty folder: choose a new path for the container")
+        }
+    }
+
+    /// Fills the staging folder: bundle copy, structure, state folder.
+    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8]) throws {
+        let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard sourceFD >= 0 else { throw UserError("cannot read bundle \(bundlePath): \(Errno.current)") }
+        defer { close(sourceFD) }
+        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, source: bundlePath)
+
+        for directory in StandardDirectory.allCases {
+            try withCName(directory.path.bytes) { (name) throws(Errno) in _ = try sys { mkdirat(rootFD, name, 0o755) } }
+        }
+        for directory in [StandardDirectory.caches, .tmp] {
+            let fd = try openDirectory(at: rootFD, directory.path.bytes)
+            defer { close(fd) }
+            try writeNewFile(at: fd, ContainerLayout.cacheTagName, cacheDirectoryTag)
+        }
+        try withCName(ContainerLayout.stateFolderName) { (name) throws(Errno) in _ = try sys { mkdirat(rootFD, name, 0o700) } }
+        let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
+        defer { close(stateFD) }
+        try writeNewFile(at: stateFD, bundleNameFile, bundleName)
+        // The marker goes last: a store without it is never opened.
+        try writeNewFile(at: stateFD, formatName, formatContents)
+    }
+
+    /// The Cache Directory Tagging marker (bford.info/cachedir), so outside backup tools skip it.
+    static let cacheDirectoryTag = Array("""
+        Signature: 8a477f597d28d172789f06886806bc55
+        # This file is a cache directory tag created by containerfs.
+        # For information about cache directory tags, see https://bford.info/cachedir/
+
+        """.utf8)
+
+    /// Splits a host path into its parent (for opening) and its last component (as bytes).
+    static func splitParent(_ path: String) -> (parent: String, leaf: [UInt8]) {
+        var bytes = Array(path.utf8)
+        while bytes.count > 1, bytes.last == UInt8(ascii: "/") { bytes.removeLast() }
+        guard let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else { return (".", bytes) }
+        let parent = slash == 0 ? "/" : String(decoding: bytes[..<slash], as: UTF8.self)
+        return (parent, Array(bytes[(slash + 1)...]))
+    }
+}
+
+/// Removes `name` inside `parent` and all below it, following no symlink; best effort.
+public func removeTree(at parent: Int32, _ name: [UInt8]) {
+    let removed = withCName(name) { unlinkat(parent, $0, 0) } == 0
+    if removed { return }
+    guard let fd = try? withCName(name, { (cname) throws(Errno) in
+        try sys { openat(parent, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+    }) else { return }
+    for entry in (try? Directory.entries(of: fd)) ?? [] {
+        removeTree(at: fd, entry.name)
+    }
+    close(fd)
+    _ = withCName(name) { unlinkat(parent, $0, AT_REMOVEDIR) }
+}

@@ -1,0 +1,95 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+/// Copies a directory tree between descriptors, following no symlink, keeping modes,
+/// times and symlink targets. Used to install a bundle.
+enum TreeCopy {
+    /// Copies the directory open at `sourceFD` to a new directory `name` in `parentFD`.
+    /// `source` names the top for messages.
+    static func copyDirectory(from sourceFD: Int32, toNew name: [UInt8], in parentFD: Int32, source: String, relative: ContainerPath = .root) throws {
+        var info = stat()
+        try sys { fstat(sourceFD, &info) }
+        try withCName(name) { (cname) throws(Errno) in _ = try sys { mkdirat(parentFD, cname, 0o700) } }
+        let targetFD = try withCName(name) { (cname) throws(Errno) in
+            try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        }
+        defer { close(targetFD) }
+        for entry in try Directory.entries(of: sourceFD) {
+            try copyEntry(entry.name, from: sourceFD, to: targetFD, source: source, relative: relative.appending(entry.name))
+        }
+        try sys { fchmod(targetFD, info.st_mode & 0o7777) }
+        var times = [info.st_atim, info.st_mtim]
+        try sys { futimens(targetFD, &times) }
+    }
+
+    private static func copyEntry(_ name: [UInt8], from sourceDir: Int32, to targetDir: Int32, source: String, relative: ContainerPath) throws {
+        var info = stat()
+        try withCName(name) { (cname) throws(Errno) in _ = try sys { fstatat(sourceDir, cname, &info, AT_SYMLINK_NOFOLLOW) } }
+        switch info.st_mode & S_IFMT {
+        case S_IFDIR:
+            let fd = try withCName(name) { (cname) throws(Errno) in
+                try sys { openat(sourceDir, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            }
+            defer { close(fd) }
+            try copyDirectory(from: fd, toNew: name, in: targetDir, source: source, relative: relative)
+        case S_IFREG:
+            try copyFile(name, from: sourceDir, to: targetDir, info: info)
+        case S_IFLNK:
+            let target = try readLink(at: sourceDir, name)
+            try withCName(target) { (ctarget) throws(Errno) in
+                try withCName(name) { (cname) throws(Errno) in _ = try sys { symlinkat(ctarget, targetDir, cname) } }
+            }
+            var times = [info.st_atim, info.st_mtim]
+            try withCName(name) { (cname) throws(Errno) in _ = try sys { utimensat(targetDir, cname, &times, AT_SYMLINK_NOFOLLOW) } }
+        default:
+            throw UserError("bundle \(source) contains a special file (FIFO, socket or device) at \(relative): remove it; a bundle holds only files, folders and symlinks")
+        }
+    }
+
+    private static func copyFile(_ name: [UInt8], from sourceDir: Int32, to targetDir: Int32, info: stat) throws(Errno) {
+        let input = try withCName(name) { (cname) throws(Errno) in
+            try sys { openat(sourceDir, cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        }
+        defer { close(input) }
+        let output = try withCName(name) { (cname) throws(Errno) in
+            try sys { openat(targetDir, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        }
+        defer { close(output) }
+        try copyContents(from: input, to: output)
+        try sys { fchmod(output, info.st_mode & 0o7777) }
+        var times = [info.st_atim, info.st_mtim]
+        try sys { futimens(output, &times) }
+    }
+
+    /// Copies all of `input` to `output`, in the kernel where it can.
+    static func copyContents(from input: Int32, to output: Int32) throws(Errno) {
+        while true {
+            let copied = clinux_copy_file_range(input, nil, output, nil, 1 << 30, 0)
+            if copied == 0 { return }
+            if copied > 0 { continue }
+            if errno == EINTR { continue }
+            if errno == EXDEV || errno == ENOSYS || errno == EINVAL { break }
+            throw Errno.current
+        }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = try sys { buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) } }
+            if count == 0 { return }
+            var written = 0
+            while written < count {
+                let offset = written
+                written += try sys { buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, count - offset) } }
+            }
+        }
+    }
+}
+
+/// The target of the symlink `name` inside `parent`, as bytes.
+public func readLink(at parent: Int32, _ name: [UInt8]) throws(Errno) -> [UInt8] {
+    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = try withCName(name) { (cname) throws(Errno) in
+        try sys { buffer.withUnsafeMutableBytes { readlinkat(parent, cname, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) } }
+    }
+    return Array(buffer[0..<count])
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what ContainerFS needs on a fresh Debian machine, and nothing that is there
+# already. Run as root (CI and the developers' machines are); otherwise through sudo.
+set -euo pipefail
+
+packages=(libfuse3-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 tar)
+if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine); fi
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# udev gives /dev/fuse mode 0666 on a normal system so that users can mount; a
+# container image without udev leaves it 0600, and then only root can.
+if [[ -c /dev/fuse && $(stat -c %a /dev/fuse) != 666 ]]; then $sudo chmod 0666 /dev/fuse; fi
+
+# Two unprivileged users for the tests that mount as an ordinary user and check that
+# another user cannot enter that mount.
+for user in cfs-alice cfs-bob; do
+  id "$user" >/dev/null 2>&1 || $sudo useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+done
