@@ -13,6 +13,8 @@ const int clinux_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const unsigned clinux_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const unsigned clinux_RENAME_EXCHANGE = RENAME_EXCHANGE;
 const short clinux_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
+const long clinux_UTIME_NOW = UTIME_NOW;
+const long clinux_UTIME_OMIT = UTIME_OMIT;
 
 int clinux_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
     struct open_how how = {
@@ -40,4 +42,8 @@ int clinux_setfsgid(gid_t gid) { return setfsgid(gid); }
 
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned flags) {
     return copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
+}
+
+int clinux_fallocate(int fd, int mode, off_t offset, off_t length) {
+    return fallocate(fd, mode, offset, length);
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 
 // Defined in linux.c, where _GNU_SOURCE is in force; Swift's importer does not see it.
 extern const int clinux_O_PATH;
@@ -15,6 +16,8 @@ extern const int clinux_AT_EMPTY_PATH;
 extern const unsigned clinux_RENAME_NOREPLACE;
 extern const unsigned clinux_RENAME_EXCHANGE;
 extern const short clinux_POSIX_SPAWN_SETSID;
+extern const long clinux_UTIME_NOW;
+extern const long clinux_UTIME_OMIT;
 
 /// openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS:
 /// `path` is resolved strictly below `dirfd`, following no symlink at any component.
@@ -28,6 +31,9 @@ int clinux_fchmod_path_fd(int fd, mode_t mode);
 
 /// copy_file_range(2), declared by glibc only under _GNU_SOURCE.
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned flags);
+
+/// fallocate(2), declared by glibc only under _GNU_SOURCE.
+int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 
 /// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
 int clinux_setfsuid(uid_t uid);

@@ -1,0 +1,256 @@
+import CFuse
+import CLinux
+import ContainerStore
+import Glibc
+
+// Every @convention(c) callback, in one file. Each decodes its arguments, calls the
+// handler named after its system call, and replies; `respond` is the one place where
+// a thrown errno becomes libfuse's error reply.
+
+/// The filesystem a request belongs to.
+@inline(__always)
+private func fileSystem(_ request: fuse_req_t?) -> FileSystem {
+    Unmanaged<FileSystem>.fromOpaque(fuse_req_userdata(request)!).takeUnretainedValue()
+}
+
+@inline(__always)
+private func caller(_ request: fuse_req_t?) -> Caller {
+    let context = fuse_req_ctx(request)!.pointee
+    return Caller(uid: context.uid, gid: context.gid, pid: context.pid)
+}
+
+/// Runs `body`, which replies on success; replies with the errno it throws otherwise.
+@inline(__always)
+private func respond(_ request: fuse_req_t?, _ body: () throws(Errno) -> Void) {
+    do throws(Errno) {
+        try body()
+    } catch {
+        fuse_reply_err(request, error.code)
+    }
+}
+
+@inline(__always)
+private func replyEntry(_ request: fuse_req_t?, _ entry: fuse_entry_param) {
+    var entry = entry
+    fuse_reply_entry(request, &entry)
+}
+
+@inline(__always)
+private func replyAttributes(_ request: fuse_req_t?, _ info: stat, _ fs: FileSystem) {
+    var info = info
+    fuse_reply_attr(request, &info, fs.timeouts.attributes)
+}
+
+@inline(__always)
+private func handle(_ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+    Int32(truncatingIfNeeded: info!.pointee.fh)
+}
+
+@inline(__always)
+private func directory(_ info: UnsafeMutablePointer<fuse_file_info>?) -> DirectoryHandle {
+    Unmanaged<DirectoryHandle>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(info!.pointee.fh))!).takeUnretainedValue()
+}
+
+/// The low-level operations table handed to libfuse.
+func makeOperations() -> fuse_lowlevel_ops {
+    var ops = fuse_lowlevel_ops()
+
+    ops.`init` = { userdata, connection in
+        let fs = Unmanaged<FileSystem>.fromOpaque(userdata!).takeUnretainedValue()
+        fs.configure(connection!)
+    }
+    ops.lookup = { request, parent, name in
+        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).lookup(caller(request), parent: parent, name: name!)) }
+    }
+    ops.forget = { request, ino, count in
+        fileSystem(request).forget(ino, count)
+        fuse_reply_none(request)
+    }
+    ops.forget_multi = { request, count, forgets in
+        let fs = fileSystem(request)
+        for each in UnsafeBufferPointer(start: forgets, count: count) { fs.forget(each.ino, each.nlookup) }
+        fuse_reply_none(request)
+    }
+    ops.getattr = { request, ino, _ in
+        respond(request) { () throws(Errno) in
+            let fs = fileSystem(request)
+            replyAttributes(request, try fs.getattr(ino), fs)
+        }
+    }
+    ops.setattr = { request, ino, attr, toSet, info in
+        respond(request) { () throws(Errno) in
+            let fs = fileSystem(request)
+            let fh = info.map { Int32(truncatingIfNeeded: $0.pointee.fh) }
+            replyAttributes(request, try fs.setattr(caller(request), ino, attr!.pointee, toSet, fh), fs)
+        }
+    }
+    ops.readlink = { request, ino in
+        respond(request) { () throws(Errno) in
+            let target = try fileSystem(request).readlink(ino)
+            fuse_reply_readlink(request, target)
+        }
+    }
+    ops.mknod = { request, parent, name, mode, device in
+        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).mknod(caller(request), parent, name!, mode, device)) }
+    }
+    ops.mkdir = { request, parent, name, mode in
+        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).mkdir(caller(request), parent, name!, mode)) }
+    }
+    ops.symlink = { request, target, parent, name in
+        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).symlink(caller(request), target!, parent, name!)) }
+    }
+    ops.link = { request, ino, parent, name in
+        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).link(caller(request), ino, parent, name!)) }
+    }
+    ops.unlink = { request, parent, name in
+        respond(request) { () throws(Errno) in
+            try fileSystem(request).unlink(caller(request), parent, name!)
+            fuse_reply_err(request, 0)
+        }
+    }
+    ops.rmdir = { request, parent, name in
+        respond(request) { () throws(Errno) in
+            try fileSystem(request).rmdir(caller(request), parent, name!)
+            fuse_reply_err(request, 0)
+        }
+    }
+    ops.rename = { request, parent, name, newParent, newName, flags in
+        respond(request) { () throws(Errno) in
+            try fileSystem(request).rename(caller(request), parent, name!, newParent, newName!, flags)
+            fuse_reply_err(request, 0)
+        }
+    }
+    ops.open = { request, ino, info in
+        respond(request) { () throws(Errno) in
+            let (fd, directIO) = try fileSystem(request).open(caller(request), ino, cfuse_open_flags(info))
+            info!.pointee.fh = UInt64(fd)
+            // Direct I/O bypasses the page cache; otherwise keep it across opens.
+            cfuse_set_open_flags(info, directIO, !directIO, false)
+            if fuse_reply_open(request, info) == -ENOENT { close(fd) }
+        }
+    }
+    ops.create = { request, parent, name, mode, info in
+        respond(request) { () throws(Errno) in
+            var (entry, fd, directIO) = try fileSystem(request).create(caller(request), parent, name!, mode, cfuse_open_flags(info))
+            info!.pointee.fh = UInt64(fd)
+            cfuse_set_open_flags(info, directIO, !directIO, false)
+            if fuse_reply_create(request, &entry, info) == -ENOENT { close(fd) }
+        }
+    }
+    ops.read = { request, _, size, offset, info in
+        // The policy was applied when the file was opened; a read passes straight to the store.
+        cfuse_reply_fd_data(request, handle(info), offset, size)
+    }
+    ops.write = { request, _, buffer, size, offset, info in
+        // Only a descriptor opened for writing, after the policy allowed it, receives writes.
+        let written = pwrite(handle(info), buffer, size, offset)
+        if written < 0 { fuse_reply_err(request, errno) } else { fuse_reply_write(request, written) }
+    }
+    ops.flush = { request, _, info in
+        // Closing a duplicate gives the store the close(2) it would have seen (locks, NFS).
+        let result = close(dup(handle(info)))
+        fuse_reply_err(request, result == 0 ? 0 : errno)
+    }
+    ops.release = { request, _, info in
+        close(handle(info))
+        fuse_reply_err(request, 0)
+    }
+    ops.fsync = { request, _, dataOnly, info in
+        let result = dataOnly != 0 ? fdatasync(handle(info)) : fsync(handle(info))
+        fuse_reply_err(request, result == 0 ? 0 : errno)
+    }
+    ops.opendir = { request, ino, info in
+        respond(request) { () throws(Errno) in
+            let directory = try fileSystem(request).opendir(ino)
+            info!.pointee.fh = UInt64(UInt(bitPattern: Unmanaged.passRetained(directory).toOpaque()))
+            cfuse_set_open_flags(info, false, false, false)
+            fuse_reply_open(request, info)
+        }
+    }
+    ops.readdir = { request, _, size, offset, info in
+        readDirectory(request, size, offset, info, plus: false)
+    }
+    ops.readdirplus = { request, _, size, offset, info in
+        readDirectory(request, size, offset, info, plus: true)
+    }
+    ops.releasedir = { request, _, info in
+        Unmanaged<DirectoryHandle>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(info!.pointee.fh))!).release()
+        fuse_reply_err(request, 0)
+    }
+    ops.fsyncdir = { request, _, dataOnly, info in
+        let fd = dirfd(directory(info).stream)
+        let result = dataOnly != 0 ? fdatasync(fd) : fsync(fd)
+        fuse_reply_err(request, result == 0 ? 0 : errno)
+    }
+    ops.statfs = { request, _ in
+        respond(request) { () throws(Errno) in
+            var info = try fileSystem(request).statfs()
+            fuse_reply_statfs(request, &info)
+        }
+    }
+    ops.setxattr = { request, ino, name, value, size, flags in
+        respond(request) { () throws(Errno) in
+            try fileSystem(request).setxattr(caller(request), ino, name!, value, size, flags)
+            fuse_reply_err(request, 0)
+        }
+    }
+    ops.getxattr = { request, ino, name, size in
+        respond(request) { () throws(Errno) in
+            try withBuffer(size) { (buffer) throws(Errno) in
+                let count = try fileSystem(request).getxattr(ino, name!, buffer)
+                if size == 0 { fuse_reply_xattr(request, count) } else { fuse_reply_buf(request, buffer.baseAddress, count) }
+            }
+        }
+    }
+    ops.listxattr = { request, ino, size in
+        respond(request) { () throws(Errno) in
+            try withBuffer(size) { (buffer) throws(Errno) in
+                let count = try fileSystem(request).listxattr(ino, buffer)
+                if size == 0 { fuse_reply_xattr(request, count) } else { fuse_reply_buf(request, buffer.baseAddress, count) }
+            }
+        }
+    }
+    ops.removexattr = { request, ino, name in
+        respond(request) { () throws(Errno) in
+            try fileSystem(request).removexattr(caller(request), ino, name!)
+            fuse_reply_err(request, 0)
+        }
+    }
+    ops.fallocate = { request, ino, mode, offset, length, info in
+        respond(request) { () throws(Errno) in
+            try fileSystem(request).fallocate(caller(request), ino, handle(info), mode, offset, length)
+            fuse_reply_err(request, 0)
+        }
+    }
+    ops.copy_file_range = { request, input, inputOffset, inputInfo, output, outputOffset, outputInfo, length, flags in
+        respond(request) { () throws(Errno) in
+            let copied = try fileSystem(request).copyFileRange(
+                caller(request), from: input, handle(inputInfo), inputOffset,
+                to: output, handle(outputInfo), outputOffset, length, UInt32(bitPattern: Int32(flags)))
+            fuse_reply_write(request, copied)
+        }
+    }
+    ops.lseek = { request, _, offset, whence, info in
+        let result = lseek(handle(info), offset, whence)
+        if result < 0 { fuse_reply_err(request, errno) } else { fuse_reply_lseek(request, result) }
+    }
+    return ops
+}
+
+private func readDirectory(_ request: fuse_req_t?, _ size: Int, _ offset: off_t, _ info: UnsafeMutablePointer<fuse_file_info>?, plus: Bool) {
+    respond(request) { () throws(Errno) in
+        try withBuffer(size) { (buffer) throws(Errno) in
+            let base = buffer.baseAddress!.assumingMemoryBound(to: CChar.self)
+            let used = try fileSystem(request).readdir(request, directory(info), offset, base, size, plus: plus)
+            fuse_reply_buf(request, base, used)
+        }
+    }
+}
+
+/// A scratch buffer of `size` bytes (at least one, so the base address exists).
+@inline(__always)
+private func withBuffer(_ size: Int, _ body: (UnsafeMutableRawBufferPointer) throws(Errno) -> Void) throws(Errno) {
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 16)
+    defer { buffer.deallocate() }
+    try body(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
+}

@@ -1,1 +1,0 @@
-// The FUSE adapter (in progress).

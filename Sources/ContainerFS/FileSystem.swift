@@ -1,0 +1,468 @@
+import CFuse
+import CLinux
+import ContainerPolicy
+import ContainerStore
+import Glibc
+
+/// Who asked: the identity the kernel attaches to a request.
+struct Caller {
+    let uid: uid_t
+    let gid: gid_t
+    let pid: pid_t
+}
+
+/// How long the kernel may trust what it was told. Every change to a mounted store goes
+/// through the mount or through containerfs commands that invalidate what they change.
+struct CacheTimeouts {
+    var entry: Double = 86400
+    var attributes: Double = 86400
+}
+
+/// The container as a filesystem: one handler per FUSE operation, named after its
+/// system call. Each handler checks the policy, then acts on the store through
+/// descriptors, and returns what the reply needs or throws an errno.
+final class FileSystem: @unchecked Sendable {
+    let store: Store
+    let layout: ContainerLayout
+    let inodes: InodeTable
+    let audit: AuditLog
+    let timeouts: CacheTimeouts
+    /// Whether the kernel caches writes (`-o writeback`): then the store file must be
+    /// readable to fill pages, and the kernel keeps `O_APPEND` itself.
+    var writeback = false
+    /// A root daemon creates files as root; they are handed to the caller afterwards.
+    private let daemonIsRoot = geteuid() == 0
+
+    init(store: Store, audit: AuditLog, timeouts: CacheTimeouts) throws(Errno) {
+        self.store = store
+        self.layout = store.layout
+        self.audit = audit
+        self.timeouts = timeouts
+        self.inodes = try InodeTable(rootFD: store.rootFD, layout: store.layout)
+    }
+
+    // MARK: Policy
+
+    /// Throws the denial's errno, after logging it, unless the policy allows `operation`.
+    /// `paths` is evaluated only for a denial: building paths takes the table's lock.
+    @inline(__always)
+    private func check(_ operation: Operation, _ caller: Caller, _ name: StaticString,
+                       _ paths: @autoclosure () -> [(ContainerPath, Location)]) throws(Errno) {
+        guard case .deny(let denial) = Policy.decide(operation) else { return }
+        if denial.isAudited {
+            let named = paths()
+            audit.record(pid: caller.pid, uid: caller.uid, operation: "\(name)",
+                         paths: named.map(\.0), areas: named.map(\.1.area), denial: denial)
+        }
+        throw Errno(denial.errno)
+    }
+
+    private func path(_ node: Inode) -> ContainerPath { inodes.path(of: node) }
+    private func path(_ parent: Inode, _ name: [UInt8]) -> ContainerPath { inodes.path(of: parent).appending(name) }
+
+    // MARK: Lookup and attributes
+
+    func lookup(_ caller: Caller, parent: fuse_ino_t, name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
+        let directory = inodes.inode(parent)
+        let childName = try bytes(of: name)
+        let location = layout.child(childName, of: inodes.location(of: directory))
+        // A hidden name is not there; a negative entry lets the kernel remember that.
+        guard location != .hidden else { return negativeEntry() }
+        do {
+            return try entry(directory, name, childName, location)
+        } catch let error where error.code == ENOENT {
+            return negativeEntry()
+        }
+    }
+
+    func forget(_ ino: fuse_ino_t, _ count: UInt64) {
+        inodes.forget(ino, count)
+    }
+
+    func getattr(_ ino: fuse_ino_t) throws(Errno) -> stat {
+        try attributes(inodes.inode(ino))
+    }
+
+    func setattr(_ caller: Caller, _ ino: fuse_ino_t, _ attr: stat, _ toSet: Int32, _ fh: Int32?) throws(Errno) -> stat {
+        let node = inodes.inode(ino)
+        let location = inodes.location(of: node)
+        if toSet & FUSE_SET_ATTR_SIZE != 0 {
+            try check(.changeContent(location), caller, "truncate", [(path(node), location)])
+        }
+        let metadata = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_ATIME
+            | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME
+        if toSet & metadata != 0 {
+            let name: StaticString = toSet & FUSE_SET_ATTR_MODE != 0 ? "chmod"
+                : toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 ? "chown" : "utimens"
+            try check(.changeMetadata(location), caller, name, [(path(node), location)])
+        }
+
+        if toSet & FUSE_SET_ATTR_MODE != 0 {
+            // Linux has no mode on symlinks; fchmodat2 on the O_PATH descriptor changes
+            // the node itself and never follows it.
+            if let fh { try sys { fchmod(fh, attr.st_mode & 0o7777) } }
+            else { try sys { clinux_fchmod_path_fd(node.fd, attr.st_mode & 0o7777) } }
+        }
+        if toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 {
+            let uid = toSet & FUSE_SET_ATTR_UID != 0 ? attr.st_uid : uid_t.max
+            let gid = toSet & FUSE_SET_ATTR_GID != 0 ? attr.st_gid : gid_t.max
+            try sys { fchownat(node.fd, "", uid, gid, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+        }
+        if toSet & FUSE_SET_ATTR_SIZE != 0 {
+            guard node.type == S_IFREG else { throw Errno(EINVAL) }
+            if let fh { try sys { ftruncate(fh, attr.st_size) } }
+            else { try sys { truncate(node.procPath, attr.st_size) } }
+        }
+        if toSet & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW) != 0 {
+            var times = [timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT), timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)]
+            if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { times[0].tv_nsec = clinux_UTIME_NOW }
+            else if toSet & FUSE_SET_ATTR_ATIME != 0 { times[0] = attr.st_atim }
+            if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { times[1].tv_nsec = clinux_UTIME_NOW }
+            else if toSet & FUSE_SET_ATTR_MTIME != 0 { times[1] = attr.st_mtim }
+            if let fh { try sys { futimens(fh, &times) } }
+            else { try sys { utimensat(node.fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
+        }
+        return try attributes(node)
+    }
+
+    func readlink(_ ino: fuse_ino_t) throws(Errno) -> [CChar] {
+        let node = inodes.inode(ino)
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = try sys { readlinkat(node.fd, "", &buffer, buffer.count - 1) }
+        buffer[count] = 0
+        return buffer
+    }
+
+    func statfs() throws(Errno) -> statvfs {
+        var info = statvfs()
+        try sys { fstatvfs(store.rootFD, &info) }
+        return info
+    }
+
+    // MARK: Making and removing names
+
+    func mknod(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ device: dev_t) throws(Errno) -> fuse_entry_param {
+        let (directory, childName, location) = try child(parent, name)
+        try check(.create(location), caller, "mknod", [(path(directory, childName), location)])
+        // A container holds no device files, as an iOS app's cannot.
+        let type = mode & S_IFMT
+        guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
+        try sys { mknodat(directory.fd, name, mode, device) }
+        return try created(caller, directory, name, childName, location)
+    }
+
+    func mkdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t) throws(Errno) -> fuse_entry_param {
+        let (directory, childName, location) = try child(parent, name)
+        try check(.create(location), caller, "mkdir", [(path(directory, childName), location)])
+        try sys { mkdirat(directory.fd, name, mode) }
+        return try created(caller, directory, name, childName, location)
+    }
+
+    func symlink(_ caller: Caller, _ target: UnsafePointer<CChar>, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
+        let (directory, childName, location) = try child(parent, name)
+        try check(.create(location), caller, "symlink", [(path(directory, childName), location)])
+        try sys { symlinkat(target, directory.fd, name) }
+        return try created(caller, directory, name, childName, location)
+    }
+
+    func link(_ caller: Caller, _ ino: fuse_ino_t, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
+        let node = inodes.inode(ino)
+        let source = inodes.location(of: node)
+        let (directory, childName, location) = try child(parent, name)
+        try check(.link(from: source, to: location), caller, "link",
+                  [(path(node), source), (path(directory, childName), location)])
+        // Linking the /proc/self/fd magic link links the node itself, not a path to it.
+        try sys { linkat(AT_FDCWD, node.procPath, directory.fd, name, AT_SYMLINK_FOLLOW) }
+        return try entry(directory, name, childName, location)
+    }
+
+    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+        let (directory, childName, location) = try child(parent, name)
+        try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
+        try sys { unlinkat(directory.fd, name, 0) }
+    }
+
+    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+        let (directory, childName, location) = try child(parent, name)
+        try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
+        try sys { unlinkat(directory.fd, name, AT_REMOVEDIR) }
+    }
+
+    func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
+                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) {
+        guard flags & ~(clinux_RENAME_NOREPLACE | clinux_RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL) }
+        let exchange = flags & clinux_RENAME_EXCHANGE != 0
+        let (from, fromName, source) = try child(parent, name)
+        let (to, toName, target) = try child(newParent, newName)
+        try check(.rename(from: source, to: target, exchange: exchange), caller, "rename",
+                  [(path(from, fromName), source), (path(to, toName), target)])
+        try sys { clinux_renameat2(from.fd, name, to.fd, newName, flags) }
+        track(movedTo: to, newName, toName)
+        if exchange { track(movedTo: from, name, fromName) }
+    }
+
+    /// Tells the table that whatever is now at `name` in `directory` moved there.
+    private func track(movedTo directory: Inode, _ name: UnsafePointer<CChar>, _ nameBytes: [UInt8]) {
+        var info = stat()
+        guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0,
+              let node = inodes.node(InodeKey(info)) else { return }
+        inodes.moved(node, to: directory, name: nameBytes)
+    }
+
+    // MARK: Files
+
+    /// Opens the node for the flags the program asked for; returns the store descriptor.
+    func open(_ caller: Caller, _ ino: fuse_ino_t, _ flags: Int32) throws(Errno) -> (fd: Int32, directIO: Bool) {
+        let node = inodes.inode(ino)
+        let location = inodes.location(of: node)
+        if Self.isMutation(flags) {
+            try check(.changeContent(location), caller, "open", [(path(node), location)])
+        }
+        return try reopen(node, flags)
+    }
+
+    func create(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
+        let (directory, childName, location) = try child(parent, name)
+        try check(.create(location), caller, "create", [(path(directory, childName), location)])
+        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) }
+        do {
+            let entry = try created(caller, directory, name, childName, location)
+            return (entry, fd, flags & clinux_O_DIRECT != 0)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+    }
+
+    func fallocate(_ caller: Caller, _ ino: fuse_ino_t, _ fh: Int32, _ mode: Int32, _ offset: off_t, _ length: off_t) throws(Errno) {
+        let node = inodes.inode(ino)
+        let location = inodes.location(of: node)
+        try check(.changeContent(location), caller, "fallocate", [(path(node), location)])
+        let result = clinux_fallocate(fh, mode, offset, length)
+        if result != 0 { throw Errno.current }
+    }
+
+    func copyFileRange(_ caller: Caller, from input: fuse_ino_t, _ inputFD: Int32, _ inputOffset: off_t,
+                       to output: fuse_ino_t, _ outputFD: Int32, _ outputOffset: off_t, _ length: Int, _ flags: UInt32) throws(Errno) -> Int {
+        let node = inodes.inode(output)
+        let location = inodes.location(of: node)
+        try check(.changeContent(location), caller, "copy_file_range", [(path(node), location)])
+        var inOffset = inputOffset
+        var outOffset = outputOffset
+        return try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length, flags) }
+    }
+
+    // MARK: Extended attributes
+
+    func setxattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ value: UnsafePointer<CChar>?, _ size: Int, _ flags: Int32) throws(Errno) {
+        let node = inodes.inode(ino)
+        let location = inodes.location(of: node)
+        try check(.changeMetadata(location), caller, "setxattr", [(path(node), location)])
+        // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
+        guard !node.isSymlink else { throw Errno(EPERM) }
+        try sys { CLinux.setxattr(node.procPath, name, value, size, flags) }
+    }
+
+    func removexattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+        let node = inodes.inode(ino)
+        let location = inodes.location(of: node)
+        try check(.changeMetadata(location), caller, "removexattr", [(path(node), location)])
+        guard !node.isSymlink else { throw Errno(EPERM) }
+        try sys { CLinux.removexattr(node.procPath, name) }
+    }
+
+    /// Reads an attribute's value into `buffer` (or its size when `buffer` is empty).
+    func getxattr(_ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        let node = inodes.inode(ino)
+        guard !node.isSymlink else { throw Errno(ENODATA) }
+        return try sys { CLinux.getxattr(node.procPath, name, buffer.baseAddress, buffer.count) }
+    }
+
+    func listxattr(_ ino: fuse_ino_t, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        let node = inodes.inode(ino)
+        guard !node.isSymlink else { return 0 }
+        return try sys { CLinux.listxattr(node.procPath, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
+    }
+
+    // MARK: Directories
+
+    func opendir(_ ino: fuse_ino_t) throws(Errno) -> DirectoryHandle {
+        let node = inodes.inode(ino)
+        let fd = try sys { Glibc.open(node.procPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard let stream = fdopendir(fd) else {
+            let error = Errno.current
+            Glibc.close(fd)
+            throw error
+        }
+        return DirectoryHandle(node: node, stream: stream, location: inodes.location(of: node))
+    }
+
+    /// Fills `buffer` with entries from `offset` on, as `fuse_add_direntry(_plus)` lays
+    /// them out; returns the bytes used. With `plus`, each entry is also looked up.
+    func readdir(_ request: fuse_req_t?, _ handle: DirectoryHandle, _ offset: off_t, _ buffer: UnsafeMutablePointer<CChar>, _ size: Int, plus: Bool) throws(Errno) -> Int {
+        if offset != handle.offset {
+            seekdir(handle.stream, Int(offset))
+            handle.pending = nil
+            handle.offset = offset
+        }
+        var used = 0
+        while true {
+            if handle.pending == nil {
+                errno = 0
+                guard let entry = Glibc.readdir(handle.stream) else {
+                    if errno != 0, used == 0 { throw Errno.current }
+                    break
+                }
+                handle.pending = entry
+            }
+            let dirent = handle.pending!
+            let nextOffset = dirent.pointee.d_off
+            let skipped = try withEntryName(dirent) { (name, bytes) throws(Errno) -> Bool in
+                let isDot = bytes.count <= 2 && bytes.allSatisfy { $0 == UInt8(ascii: ".") }
+                if !isDot, layout.child(Array(bytes), of: handle.location) == .hidden { return true }
+                let remaining = size - used
+                if plus {
+                    var param = fuse_entry_param()
+                    if isDot {
+                        param.attr.st_ino = dirent.pointee.d_ino
+                        param.attr.st_mode = mode_t(dirent.pointee.d_type) << 12
+                    } else {
+                        param = try entry(handle.node, name, Array(bytes), layout.child(Array(bytes), of: handle.location))
+                    }
+                    let needed = fuse_add_direntry_plus(request, buffer + used, remaining, name, &param, nextOffset)
+                    if needed > remaining {
+                        if param.ino != 0 { forget(param.ino, 1) }
+                        return false
+                    }
+                    used += needed
+                } else {
+                    var info = stat()
+                    info.st_ino = dirent.pointee.d_ino
+                    info.st_mode = mode_t(dirent.pointee.d_type) << 12
+                    let needed = fuse_add_direntry(request, buffer + used, remaining, name, &info, nextOffset)
+                    if needed > remaining { return false }
+                    used += needed
+                }
+                return true
+            }
+            if !skipped { break }
+            handle.pending = nil
+            handle.offset = nextOffset
+        }
+        return used
+    }
+
+    // MARK: Helpers
+
+    /// Open flags that can change a file (SPEC §2): `O_TRUNC` counts even with `O_RDONLY`.
+    @inline(__always)
+    static func isMutation(_ flags: Int32) -> Bool {
+        flags & O_ACCMODE != O_RDONLY || flags & (O_TRUNC | O_APPEND) != 0
+    }
+
+    /// The flags to open the store file with. `O_DIRECT` is served by `direct_io` instead:
+    /// the kernel's buffers are not aligned as the store would require.
+    @inline(__always)
+    private func storeFlags(_ flags: Int32) -> Int32 {
+        var result = flags & ~(clinux_O_DIRECT | O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY)
+        if writeback {
+            if result & O_ACCMODE == O_WRONLY { result = (result & ~O_ACCMODE) | O_RDWR }
+            result &= ~O_APPEND
+        }
+        return result
+    }
+
+    private func reopen(_ node: Inode, _ flags: Int32) throws(Errno) -> (fd: Int32, directIO: Bool) {
+        let fd = try sys { Glibc.open(node.procPath, storeFlags(flags) | O_CLOEXEC) }
+        return (fd, flags & clinux_O_DIRECT != 0)
+    }
+
+    private func child(_ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> (Inode, [UInt8], Location) {
+        let directory = inodes.inode(parent)
+        let childName = try bytes(of: name)
+        return (directory, childName, layout.child(childName, of: inodes.location(of: directory)))
+    }
+
+    /// A name from the kernel as bytes; never `.`, `..` or containing `/`.
+    private func bytes(of name: UnsafePointer<CChar>) throws(Errno) -> [UInt8] {
+        let count = strlen(name)
+        let bytes = Array(UnsafeRawBufferPointer(start: name, count: count))
+        guard count > 0, !bytes.contains(UInt8(ascii: "/")), bytes != [0x2E], bytes != [0x2E, 0x2E] else { throw Errno(EINVAL) }
+        return bytes
+    }
+
+    private func attributes(_ node: Inode) throws(Errno) -> stat {
+        var info = stat()
+        try sys { fstatat(node.fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+        return info
+    }
+
+    /// Looks `name` up in `directory` and tells the kernel about it.
+    private func entry(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
+        let fd = try sys { openat(directory.fd, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+        var info = stat()
+        if fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 {
+            let error = Errno.current
+            Glibc.close(fd)
+            throw error
+        }
+        let node = inodes.remember(fd: fd, info: info, parent: directory, name: childName, location: location)
+        var param = fuse_entry_param()
+        param.ino = inodes.ino(node)
+        param.attr = info
+        param.attr_timeout = timeouts.attributes
+        param.entry_timeout = timeouts.entry
+        return param
+    }
+
+    private func negativeEntry() -> fuse_entry_param {
+        var param = fuse_entry_param()
+        param.entry_timeout = timeouts.entry
+        return param
+    }
+
+    /// After creating `name`: gives it to the caller when the daemon is root, then looks it up.
+    private func created(_ caller: Caller, _ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
+        if daemonIsRoot, caller.uid != 0 || caller.gid != 0 {
+            var parentInfo = stat()
+            try sys { fstatat(directory.fd, "", &parentInfo, clinux_AT_EMPTY_PATH) }
+            // In a set-group-ID directory the new node keeps the directory's group.
+            let gid = parentInfo.st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
+            var info = stat()
+            try sys { fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) }
+            try sys { fchownat(directory.fd, name, caller.uid, gid, AT_SYMLINK_NOFOLLOW) }
+            // chown clears set-user/group-ID bits on files; put back what was asked for.
+            if info.st_mode & (S_ISUID | S_ISGID) != 0, info.st_mode & S_IFMT != S_IFLNK, info.st_mode & S_IFMT != S_IFDIR {
+                try sys { fchmodat(directory.fd, name, info.st_mode & 0o7777, 0) }
+            }
+        }
+        return try entry(directory, name, childName, location)
+    }
+}
+
+/// An open directory: the stream and where the kernel is in it.
+final class DirectoryHandle {
+    let node: Inode
+    let stream: OpaquePointer
+    /// The directory's location when opened, to hide the store's own names.
+    let location: Location
+    var offset: off_t = 0
+    /// An entry read but not yet returned because the kernel's buffer was full.
+    var pending: UnsafeMutablePointer<dirent>?
+
+    init(node: Inode, stream: OpaquePointer, location: Location) {
+        self.node = node
+        self.stream = stream
+        self.location = location
+    }
+
+    deinit { closedir(stream) }
+}
+
+/// Calls `body` with a `dirent`'s name as a C string and as bytes, without copying.
+@inline(__always)
+private func withEntryName<R>(_ entry: UnsafeMutablePointer<dirent>, _ body: (UnsafePointer<CChar>, UnsafeRawBufferPointer) throws(Errno) -> R) throws(Errno) -> R {
+    let raw = UnsafeRawPointer(entry) + MemoryLayout<dirent>.offset(of: \.d_name)!
+    let name = raw.assumingMemoryBound(to: CChar.self)
+    return try body(name, UnsafeRawBufferPointer(start: raw, count: strlen(name)))
+}

@@ -1,0 +1,129 @@
+import CFuse
+import CLinux
+import ContainerPolicy
+import ContainerStore
+import Glibc
+
+/// How a container is mounted.
+public struct MountOptions: Sendable {
+    /// Let other users enter the mount (needs `user_allow_other` in /etc/fuse.conf for non-root).
+    public var allowOther = false
+    /// Let the kernel cache writes (faster small writes; written data reaches the store
+    /// only when the kernel flushes it, so a killed daemon can lose what was not fsynced).
+    public var writeback = false
+    /// Seconds the kernel may cache names and attributes.
+    public var cacheTimeout: Double = 86400
+    /// Worker threads at most.
+    public var maxThreads: UInt32 = 16
+    /// Print every FUSE request (libfuse's `-d`).
+    public var debug = false
+    /// Other `-o` options, passed to libfuse as they are.
+    public var fuseOptions: [String] = []
+
+    public init() {}
+
+    /// Parses `-o a,b=c` options; those that are ours are taken, the rest go to libfuse.
+    public static func parse(_ text: [String]) throws(UserError) -> MountOptions {
+        var options = MountOptions()
+        for item in text.flatMap({ $0.split(separator: ",").map(String.init) }) {
+            let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
+            switch parts[0] {
+            case "allow_other": options.allowOther = true
+            case "writeback", "writeback_cache": options.writeback = true
+            case "debug": options.debug = true
+            case "timeout":
+                guard parts.count == 2, let seconds = Double(parts[1]), seconds >= 0 else {
+                    throw UserError.usage("bad mount option '\(item)': timeout takes seconds, as timeout=1")
+                }
+                options.cacheTimeout = seconds
+            case "threads":
+                guard parts.count == 2, let count = UInt32(parts[1]), count > 0 else {
+                    throw UserError.usage("bad mount option '\(item)': threads takes a count, as threads=8")
+                }
+                options.maxThreads = count
+            case "default_permissions", "nodev", "nosuid", "rw", "dev", "suid", "exec", "noexec", "noatime", "relatime", "auto", "noauto", "nofail", "_netdev", "user", "users":
+                // mount(8) and fstab words: ours are fixed (permissions always checked,
+                // no devices, no set-user-ID), the rest mean nothing to a FUSE daemon.
+                if parts[0] == "noexec" { options.fuseOptions.append("noexec") }
+            case "ro":
+                throw UserError.usage("mount option 'ro' is not supported: the container's rules already decide what is writable")
+            default:
+                options.fuseOptions.append(item)
+            }
+        }
+        return options
+    }
+}
+
+extension FileSystem {
+    /// Chooses the kernel features the filesystem runs with (FUSE `init`).
+    func configure(_ connection: UnsafeMutablePointer<fuse_conn_info>) {
+        var wanted = UInt32(FUSE_CAP_ASYNC_READ | FUSE_CAP_ATOMIC_O_TRUNC
+            | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO
+            | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_CACHE_SYMLINKS)
+        if writeback { wanted |= UInt32(FUSE_CAP_WRITEBACK_CACHE) }
+        let taken = cfuse_want(connection, wanted)
+        writeback = taken & UInt32(FUSE_CAP_WRITEBACK_CACHE) != 0
+        cfuse_set_limits(connection, 1 << 20, 1 << 20)
+    }
+}
+
+/// A mounted container, from mount to unmount.
+public final class Session {
+    private let fileSystem: FileSystem
+    private let session: OpaquePointer
+    private let mountpoint: String
+    private let options: MountOptions
+
+    /// Mounts `store` at `mountpoint`. When this returns the mount is visible.
+    public init(store: Store, mountpoint: String, options: MountOptions, audit: AuditLog) throws(UserError) {
+        self.mountpoint = mountpoint
+        self.options = options
+        do {
+            fileSystem = try FileSystem(store: store, audit: audit,
+                                        timeouts: CacheTimeouts(entry: options.cacheTimeout, attributes: options.cacheTimeout))
+        } catch {
+            throw UserError("cannot read store \(store.path): \(error)")
+        }
+        fileSystem.writeback = options.writeback
+
+        // Permission bits are always checked by the kernel: the daemon may run as root.
+        var mountOptions = ["default_permissions", "nodev", "nosuid", "subtype=containerfs", "fsname=containerfs"]
+        if options.allowOther { mountOptions.append("allow_other") }
+        mountOptions += options.fuseOptions
+        var arguments = ["containerfs", "-o", mountOptions.joined(separator: ",")]
+        if options.debug { arguments.append("-d") }
+
+        var ops = makeOperations()
+        let userdata = Unmanaged.passRetained(fileSystem).toOpaque()
+        let argv = arguments.map { strdup($0) } + [nil]
+        var args = argv.withUnsafeBufferPointer { cfuse_args(Int32(arguments.count), UnsafeMutablePointer(mutating: $0.baseAddress)) }
+        defer {
+            fuse_opt_free_args(&args)
+            argv.forEach { free($0) }
+        }
+        guard let session = fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata) else {
+            Unmanaged<FileSystem>.fromOpaque(userdata).release()
+            throw UserError.usage("bad mount options '\(mountOptions.joined(separator: ","))': see 'containerfs mount --help'")
+        }
+        self.session = session
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            fuse_session_destroy(session)
+            throw UserError("cannot mount on \(mountpoint): is /dev/fuse there and fusermount3 installed? (apt-get install fuse3)")
+        }
+    }
+
+    /// Serves requests until the mount is unmounted or a signal (INT, TERM, HUP) arrives.
+    public func run() {
+        _ = fuse_set_signal_handlers(session)
+        let config = fuse_loop_cfg_create()
+        fuse_loop_cfg_set_clone_fd(config, 1)
+        fuse_loop_cfg_set_max_threads(config, options.maxThreads)
+        fuse_loop_cfg_set_idle_threads(config, UInt32(min(options.maxThreads, 4)))
+        _ = fuse_session_loop_mt(session, config)
+        fuse_loop_cfg_destroy(config)
+        fuse_remove_signal_handlers(session)
+        fuse_session_unmount(session)
+        fuse_session_destroy(session)
+    }
+}

@@ -1,0 +1,177 @@
+import ContainerPolicy
+import Foundation
+import Glibc
+import Synchronization
+
+/// One denied operation (SPEC §2).
+public struct AuditRecord: Codable, Sendable, Equatable {
+    /// When it was denied, ISO 8601 with milliseconds, UTC.
+    public var time: String
+    public var pid: Int32
+    /// The process's name (`/proc/PID/comm`), or `?` when it is gone.
+    public var process: String
+    public var uid: UInt32
+    /// The operation, named after its system call (`unlink`, `open`, `setxattr`…).
+    public var operation: String
+    /// The path or paths it named, relative to the container; bytes that are not UTF-8 as `\xNN`.
+    public var paths: [String]
+    /// The area of each path.
+    public var areas: [String]
+    /// The errno the program saw, as `EPERM`.
+    public var errno: String
+    /// The rule that denied it: a `Denial` case.
+    public var rule: String
+}
+
+/// The log of denials in the state folder: bounded and never in the filesystem's way.
+///
+/// `record` only appends to a bounded queue and wakes a writer thread; when the queue is
+/// full the record is counted and dropped rather than making a filesystem call wait.
+/// The file is rotated at `maximumBytes` to `audit.log.1`.
+public final class AuditLog: @unchecked Sendable {
+    public static let fileName = Array(name: "audit.log")
+    public static let previousFileName = Array(name: "audit.log.1")
+
+    private struct Pending {
+        var time: timespec
+        var pid: Int32
+        var process: String
+        var uid: UInt32
+        var operation: String
+        var paths: [ContainerPath]
+        var areas: [Area]
+        var denial: Denial
+    }
+
+    private struct Queue {
+        var pending: [Pending] = []
+        var dropped = 0
+        var stopping = false
+    }
+
+    private let stateFD: Int32
+    private let maximumBytes: Int
+    private let capacity: Int
+    private let queue = Mutex(Queue())
+    private let wake = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// Starts the writer for the log in the state folder open at `stateFD` (not owned).
+    public init(stateFD: Int32, maximumBytes: Int = 1 << 20, capacity: Int = 4096) {
+        self.stateFD = stateFD
+        self.maximumBytes = maximumBytes
+        self.capacity = capacity
+        let thread = Thread { [self] in writeLoop() }
+        thread.name = "audit-log"
+        thread.start()
+    }
+
+    /// Queues a denial. Never blocks on I/O.
+    public func record(pid: Int32, uid: UInt32, operation: String, paths: [ContainerPath], areas: [Area], denial: Denial) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        // Read now: the process may be gone by the time the writer gets to it.
+        let item = Pending(time: now, pid: pid, process: Self.processName(pid), uid: uid, operation: operation, paths: paths, areas: areas, denial: denial)
+        let queued = queue.withLock { queue in
+            guard queue.pending.count < capacity else {
+                queue.dropped += 1
+                return false
+            }
+            queue.pending.append(item)
+            return true
+        }
+        if queued { wake.signal() }
+    }
+
+    /// Writes what is queued and stops the writer.
+    public func close() {
+        queue.withLock { $0.stopping = true }
+        wake.signal()
+        finished.wait()
+    }
+
+    private func writeLoop() {
+        while true {
+            wake.wait()
+            let (batch, dropped, stopping) = queue.withLock { queue in
+                defer { queue.pending.removeAll(keepingCapacity: true); queue.dropped = 0 }
+                return (queue.pending, queue.dropped, queue.stopping)
+            }
+            var lines = batch.map { Self.line(for: $0) }
+            if dropped > 0 {
+                lines.append("{\"dropped\":\(dropped)}\n")
+            }
+            if !lines.isEmpty { append(lines.joined()) }
+            if stopping {
+                finished.signal()
+                return
+            }
+        }
+    }
+
+    private static func line(for item: Pending) -> String {
+        let record = AuditRecord(
+            time: timestamp(item.time), pid: item.pid, process: item.process, uid: item.uid,
+            operation: item.operation, paths: item.paths.map(\.description), areas: item.areas.map(\.rawValue),
+            errno: errnoName(item.denial.errno), rule: item.denial.rawValue)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(record)) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    private func append(_ text: String) {
+        let bytes = Array(text.utf8)
+        var info = stat()
+        let size = withCName(Self.fileName) { fstatat(stateFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0 ? Int(info.st_size) : 0
+        if size > 0, size + bytes.count > maximumBytes {
+            _ = withCName(Self.fileName) { from in withCName(Self.previousFileName) { to in renameat(stateFD, from, stateFD, to) } }
+        }
+        let fd = withCName(Self.fileName) { openat(stateFD, $0, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else { return }
+        defer { Glibc.close(fd) }
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+
+    /// `2026-11-21T10:53:15.982Z`.
+    private static func timestamp(_ time: timespec) -> String {
+        var seconds = time.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let millis = Int(time.tv_nsec / 1_000_000)
+        let fraction = String(repeating: "0", count: 3 - String(millis).count) + String(millis)
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(fraction)Z"
+    }
+
+    /// The process's name from `/proc/PID/comm`: one small read, no allocation beyond the result.
+    private static func processName(_ pid: Int32) -> String {
+        var path = Array("/proc/\(pid)/comm".utf8CString)
+        let fd = open(&path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return "?" }
+        defer { Glibc.close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return "?" }
+        return String(decoding: buffer[0..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+    }
+
+    /// The symbolic name of the errno values the policy uses.
+    public static func errnoName(_ code: Int32) -> String {
+        switch code {
+        case EPERM: "EPERM"
+        case EACCES: "EACCES"
+        case ENOENT: "ENOENT"
+        default: "E\(code)"
+        }
+    }
+
+    /// Every record in the store's log, oldest first (the rotated file, then the current).
+    public static func read(stateFD: Int32) -> [AuditRecord] {
+        let decoder = JSONDecoder()
+        return [previousFileName, fileName].flatMap { name -> [AuditRecord] in
+            guard let bytes = try? readFile(at: stateFD, name) else { return [] }
+            return bytes.split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(AuditRecord.self, from: Data($0)) }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+import ArgumentParser
+import ContainerStore
+import Glibc
+
+/// `containerfs`: iOS-style app containers on Linux.
+@main
+struct ContainerFSCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "containerfs",
+        abstract: "iOS-style app containers on Linux, enforced by a FUSE filesystem.",
+        discussion: """
+            Exit status: 0 success, 1 failure, 64 misuse of the command line.
+            """,
+        subcommands: [Create.self, Mount.self, Unmount.self, Audit.self]
+    )
+}
+
+/// Runs a command body, printing a `UserError` as the one line SPEC §9 asks for.
+func reportingErrors(_ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let error as UserError {
+        FileHandleOutput.standardError.write("containerfs: \(error.message)\n")
+        throw ExitCode(error.exitCode)
+    }
+}
+
+/// Minimal unbuffered output to the standard streams.
+enum FileHandleOutput {
+    case standardOutput, standardError
+
+    func write(_ text: String) {
+        let fd: Int32 = self == .standardOutput ? 1 : 2
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if written < 0 { if errno == EINTR { continue } else { return } }
+            bytes = bytes.dropFirst(written)
+        }
+    }
+}

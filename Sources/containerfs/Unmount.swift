@@ -1,0 +1,50 @@
+import ArgumentParser
+import ContainerStore
+import Foundation
+import Glibc
+
+struct Unmount: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Unmount a container; also clears a mount whose daemon died.",
+        discussion: "Waits until the daemon has exited, so the store can be mounted again at once.")
+
+    @Argument(help: "The mount point.")
+    var mountpoint: String
+
+    @Flag(name: .customShort("z"), help: "Detach now even if busy; the mount goes when the last user leaves.")
+    var lazy = false
+
+    func run() throws {
+        try reportingErrors {
+            guard let entry = MountEntry.at(mountpoint), entry.isContainer else {
+                throw UserError("\(mountpoint) is not a containerfs mount: nothing to unmount (see 'mount -t fuse.containerfs')")
+            }
+            let result = try fusermount(lazy ? ["-uz", entry.mountpoint] : ["-u", entry.mountpoint])
+            guard result.status == 0 else {
+                if result.output.contains("busy") {
+                    throw UserError("\(mountpoint) is busy: a program still uses it ('fuser -vm \(mountpoint)' lists them); close it, or use -z to detach lazily")
+                }
+                throw UserError("cannot unmount \(mountpoint): \(result.output.trimmingCharacters(in: .whitespacesAndNewlines))")
+            }
+            // The daemon takes a moment to exit after the kernel lets go; wait for its lock.
+            if let store = try? Store.open(entry.source), !lazy, !MountLock.waitUntilFree(store, seconds: 10) {
+                throw UserError("unmounted \(mountpoint), but its daemon has not exited after 10 s: check 'containerfs audit \(entry.source)' and kill it")
+            }
+        }
+    }
+
+    private func fusermount(_ arguments: [String]) throws(UserError) -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        do { try process.run() } catch {
+            throw UserError("fusermount3 is not installed: apt-get install fuse3")
+        }
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output)
+    }
+}

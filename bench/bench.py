@@ -1,0 +1,806 @@
+#!/usr/bin/env python3
+"""The ContainerFS benchmark: the same workloads, in one run, on native ext4, bindfs and
+a ContainerFS mount (in Documents/ and in Library/Caches/), as medians with min-max and
+the ratio to native. Driven by bench/run.sh; docs/benchmarks.md explains the figures.
+
+Only the standard library is used. Must run as root (drop_caches, mounts).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+# Issue 7's goals, as ratios to native (higher is better). None: no goal set.
+GOALS = {
+    "seq_write": 0.9, "seq_read_cold": 0.95, "seq_read_warm": 0.8,
+    "create": 0.75, "unlink": 0.75, "stat_warm": 0.3,
+    "untar": 0.6, "readall": 0.6, "rmrf": 0.7,
+}
+
+
+class BenchError(Exception):
+    """A workload or a target failed; the message says what and why."""
+
+
+class Config:
+    def __init__(self, quick, runs):
+        self.quick = quick
+        self.runs = runs
+        self.file_size = (64 << 20) if quick else (1 << 30)
+        self.rand_seconds = 1 if quick else 4
+        self.meta_files = 1000 if quick else 10000
+        self.meta_size = 4096
+
+    def size_label(self):
+        return human_size(self.file_size)
+
+
+def human_size(n):
+    return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
+
+
+def workloads(cfg):
+    """(key, label, unit, kind): kind 'rate' is higher-better MB/s, 'time' lower-better s."""
+    n = f"{cfg.meta_files:,}"
+    size = cfg.size_label()
+    return [
+        ("seq_write", f"seq write {size}, buffered, fsync at end", "MB/s", "rate"),
+        ("seq_read_cold", f"seq read {size}, cold (caches dropped)", "MB/s", "rate"),
+        ("seq_read_warm", f"seq read {size}, warm", "MB/s", "rate"),
+        ("rand_read", f"random read 4 KiB, warm, {cfg.rand_seconds} s, 1 job", "MB/s", "rate"),
+        ("create", f"create {n} files of 4 KiB", "s", "time"),
+        ("stat_cold", f"stat {n} files, 1st pass (caches dropped)", "s", "time"),
+        ("stat_warm", f"stat {n} files, 2nd pass (warm)", "s", "time"),
+        ("list", f"list the folder of {n} (readdir)", "s", "time"),
+        ("unlink", f"delete {n} files", "s", "time"),
+        ("untar", "tree: extract the tarball (tar -xf)", "s", "time"),
+        ("readall", "tree: read every file", "s", "time"),
+        ("rmrf", "tree: rm -rf", "s", "time"),
+    ]
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Processes, mounts, caches
+
+def mount_entry(path):
+    """(fstype, 'major:minor') of the topmost mount at path, or None."""
+    real = os.path.realpath(path)
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")
+            if point == real:
+                found = (fields[fields.index("-") + 1], fields[2])
+    return found
+
+
+def fuse_abort(path):
+    """Aborts the FUSE connection of the mount at path: unblocks a process stuck on a hung daemon."""
+    entry = mount_entry(path)
+    if entry and entry[0].startswith("fuse"):
+        minor = entry[1].split(":")[1]
+        try:
+            with open(f"/sys/fs/fuse/connections/{minor}/abort", "w") as f:
+                f.write("1")
+            log(f"  aborted the FUSE connection of {path}")
+        except OSError as e:
+            log(f"  could not abort the FUSE connection of {path}: {e}")
+
+
+def run(cmd, timeout, stuck_mount=None, check=True):
+    """Runs cmd; returns (stdout, seconds). A timeout kills it (and aborts stuck_mount if the
+    process hangs in the kernel), a non-zero exit raises BenchError with stderr's tail."""
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True, errors="replace")
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        try:
+            process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            if stuck_mount:
+                fuse_abort(stuck_mount)
+            process.communicate()
+        raise BenchError(f"timed out after {timeout} s: {' '.join(cmd)}")
+    seconds = time.perf_counter() - start
+    if check and process.returncode != 0:
+        tail = " | ".join((err or out).strip().splitlines()[-3:])
+        raise BenchError(f"{os.path.basename(cmd[0])} exited {process.returncode}: {tail}")
+    return out, seconds
+
+
+def drop_caches():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as e:
+        raise BenchError(f"cannot drop caches (root needed): {e}")
+
+
+def daemon_pids(mountpoint):
+    """Processes whose command line names mountpoint: the FUSE daemon serving it."""
+    names = {mountpoint, os.path.realpath(mountpoint)}
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if names.intersection(args):
+            pids.append(int(entry))
+    return pids
+
+
+def wait_mounted(mountpoint, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        entry = mount_entry(mountpoint)
+        if entry and entry[0].startswith("fuse"):
+            return
+        time.sleep(0.05)
+    raise BenchError(f"no FUSE mount appeared at {mountpoint} within {seconds} s")
+
+
+def unmount(mountpoint, commands, daemons):
+    """Tries each unmount command until the mount is gone, then lazily detaches as a last
+    resort, then waits for the daemon to exit (libfuse daemons take 1-2 s)."""
+    if not mount_entry(mountpoint) or not mount_entry(mountpoint)[0].startswith("fuse"):
+        return
+    for cmd in list(commands) + [["fusermount3", "-uz", mountpoint], ["umount", "-l", mountpoint]]:
+        try:
+            run(cmd, timeout=30)
+        except (BenchError, OSError) as e:
+            log(f"  {' '.join(cmd)}: {e}")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            entry = mount_entry(mountpoint)
+            if not entry or not entry[0].startswith("fuse"):
+                break
+            time.sleep(0.1)
+        else:
+            continue
+        break
+    entry = mount_entry(mountpoint)
+    if entry and entry[0].startswith("fuse"):
+        log(f"WARNING: {mountpoint} is still mounted")
+    deadline = time.monotonic() + 10
+    while daemons and time.monotonic() < deadline:
+        daemons = [pid for pid in daemons if os.path.exists(f"/proc/{pid}")]
+        time.sleep(0.1)
+    if daemons:
+        log(f"WARNING: daemon(s) {daemons} of {mountpoint} still running 10 s after unmount")
+
+
+# ---------------------------------------------------------------------------------------
+# Targets
+
+class Target:
+    """Where the workloads run: a directory, perhaps behind a mount."""
+    key = label = ""
+
+    def __init__(self):
+        self.workdir = None
+        self.error = None      # why this target cannot be measured (any more)
+        self.mountpoint = None
+
+    def setup(self):
+        pass
+
+    def teardown(self):
+        pass
+
+    def alive(self):
+        if self.mountpoint is None:
+            return True
+        entry = mount_entry(self.mountpoint)
+        return bool(entry and entry[0].startswith("fuse")) and os.path.isdir(self.workdir)
+
+
+class Native(Target):
+    key, label = "native", "native ext4"
+
+    def __init__(self, root):
+        super().__init__()
+        self.workdir = os.path.join(root, "native")
+
+    def setup(self):
+        os.makedirs(self.workdir)
+
+
+class Bindfs(Target):
+    key, label = "bindfs", "bindfs"
+
+    def __init__(self, root):
+        super().__init__()
+        self.source = os.path.join(root, "bindfs-src")
+        self.mountpoint = os.path.join(root, "bindfs-mnt")
+        self.workdir = self.mountpoint
+        self.daemons = []
+
+    def setup(self):
+        if not shutil.which("bindfs"):
+            raise BenchError("bindfs is not installed (scripts/install-deps.sh --bench)")
+        os.makedirs(self.source)
+        os.makedirs(self.mountpoint)
+        run(["bindfs", self.source, self.mountpoint], timeout=30)
+        wait_mounted(self.mountpoint, 10)
+        self.daemons = daemon_pids(self.mountpoint)
+
+    def teardown(self):
+        unmount(self.mountpoint, [["fusermount", "-u", self.mountpoint],
+                                  ["umount", self.mountpoint]], self.daemons)
+
+
+class ContainerfsMount:
+    """One store, mounted once, shared by the Documents and Library/Caches targets."""
+
+    def __init__(self, root, binary, options):
+        self.root = root
+        self.binary = binary
+        self.options = options
+        self.store = os.path.join(root, "cfs-store")
+        self.mountpoint = os.path.join(root, "cfs-mnt")
+        self.state = None   # None: not tried; True: mounted; str: the failure
+        self.daemons = []
+
+    def ensure(self):
+        if self.state is None:
+            try:
+                self._mount()
+                self.state = True
+            except (BenchError, OSError) as e:
+                self.state = str(e)
+        if self.state is not True:
+            raise BenchError(self.state)
+
+    def _mount(self):
+        if not self.binary or not os.access(self.binary, os.X_OK):
+            raise BenchError(f"no containerfs binary at {self.binary} (make release)")
+        bundle = os.path.join(self.root, "bundle", "Bench.app")
+        os.makedirs(bundle)
+        with open(os.path.join(bundle, "Info.plist"), "w") as f:
+            f.write('<?xml version="1.0" encoding="UTF-8"?>\n<plist version="1.0"><dict>'
+                    "<key>CFBundleIdentifier</key><string>dev.containerfs.bench</string>"
+                    "</dict></plist>\n")
+        with open(os.path.join(bundle, "Bench"), "w") as f:
+            f.write("#!/bin/sh\necho bench\n")
+        os.chmod(os.path.join(bundle, "Bench"), 0o755)
+        os.makedirs(self.mountpoint)
+        try:
+            run([self.binary, "create", self.store, "--bundle", bundle], timeout=60)
+        except BenchError as e:
+            raise BenchError(f"containerfs create failed: {e}")
+        cmd = [self.binary, "mount", self.store, self.mountpoint]
+        if self.options:
+            cmd += ["-o", self.options]
+        try:
+            run(cmd, timeout=60)
+        except BenchError as e:
+            raise BenchError(f"containerfs mount failed: {e}")
+        try:
+            wait_mounted(self.mountpoint, 10)
+        except BenchError as e:
+            raise BenchError(f"containerfs mount returned but {e}")
+        self.daemons = daemon_pids(self.mountpoint)
+
+    def teardown(self):
+        if self.state is None:
+            return
+        unmount(self.mountpoint, [[self.binary, "unmount", self.mountpoint],
+                                  ["fusermount3", "-u", self.mountpoint]], self.daemons)
+
+
+class Containerfs(Target):
+    def __init__(self, mount, area, key, label):
+        super().__init__()
+        self.mount = mount
+        self.area = area
+        self.key, self.label = key, label
+        self.mountpoint = mount.mountpoint
+        self.workdir = os.path.join(mount.mountpoint, area, "cfs-bench")
+
+    def setup(self):
+        self.mount.ensure()
+        area = os.path.join(self.mount.mountpoint, self.area)
+        if not os.path.isdir(area):
+            raise BenchError(f"{area} is not a directory in the mounted container")
+        os.mkdir(self.workdir)
+
+    def teardown(self):
+        self.mount.teardown()
+
+
+# ---------------------------------------------------------------------------------------
+# The tree job's tarball
+
+def debian_stdlib():
+    """The standard library folder of Debian's python3 (stable for a Debian release), or of
+    the interpreter running this script if there is no /usr/bin/python3."""
+    for python in ("/usr/bin/python3", sys.executable):
+        try:
+            out = subprocess.run([python, "-c", "import sysconfig;print(sysconfig.get_paths()['stdlib'])"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+            if out and os.path.isdir(out):
+                return out
+        except OSError:
+            pass
+    raise BenchError("no Python standard library found for the tree job's tarball")
+
+
+def tree_sources():
+    """(host folder, name in the tarball, folders to skip): real source trees found on every
+    Debian machine that has what install-deps.sh installs."""
+    stdlib = debian_stdlib()
+    sources = [(stdlib, os.path.basename(stdlib),
+                {"__pycache__", "lib-dynload", "site-packages", "dist-packages"}, ("config-",))]
+    for sub in ("linux", "asm-generic", "c++"):
+        if os.path.isdir(f"/usr/include/{sub}"):
+            sources.append((f"/usr/include/{sub}", f"include/{sub}", set(), ()))
+    return stdlib, sources
+
+
+def make_tarball(path):
+    """Writes a deterministic tarball (sorted, owner 0, fixed mtime) of Debian's Python
+    standard library sources and the C/C++ headers of /usr/include/{*.h,linux,asm-generic,c++}.
+    Returns a description with its file count, bytes and SHA-256."""
+    stdlib, sources = tree_sources()
+    entries = []
+    for host, name, skip_dirs, skip_prefixes in sources:
+        for dirpath, dirnames, filenames in os.walk(host):
+            dirnames[:] = sorted(d for d in dirnames
+                                 if d not in skip_dirs and not d.startswith(skip_prefixes))
+            rel = os.path.relpath(dirpath, host)
+            arc = name if rel == "." else os.path.join(name, rel)
+            entries.append((dirpath, arc))
+            for filename in sorted(filenames):
+                entries.append((os.path.join(dirpath, filename), os.path.join(arc, filename)))
+    entries.append(("/usr/include", "include"))
+    for filename in sorted(os.listdir("/usr/include")):
+        full = os.path.join("/usr/include", filename)
+        if filename.endswith(".h") and os.path.isfile(full) and not os.path.islink(full):
+            entries.append((full, f"include/{filename}"))
+    entries.sort(key=lambda e: e[1])
+    files = size = 0
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for host, arc in entries:
+            info = tar.gettarinfo(host, arcname=f"cfs-bench-tree/{arc}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mtime = 1700000000
+            if info.isreg():
+                files += 1
+                size += info.size
+                with open(host, "rb") as f:
+                    tar.addfile(info, f)
+            elif info.isdir() or info.issym():
+                tar.addfile(info)
+    digest = subprocess.run(["sha256sum", path], capture_output=True, text=True).stdout.split()[0]
+    return {"path": path, "files": files, "bytes": size, "sha256": digest,
+            "tarball_bytes": os.path.getsize(path),
+            "content": f"{stdlib} (minus __pycache__, lib-dynload, config-*) and "
+                       "/usr/include/{*.h,linux,asm-generic,c++}"}
+
+
+# ---------------------------------------------------------------------------------------
+# Workloads
+
+def fio(cfg, target, name, rw, bs, extra=()):
+    cmd = ["fio", f"--name={name}", f"--filename={os.path.join(target.workdir, 'seq.dat')}",
+           f"--rw={rw}", f"--bs={bs}", f"--size={cfg.file_size}", "--ioengine=psync",
+           "--numjobs=1", "--invalidate=0", "--output-format=json", *extra]
+    out, _ = run(cmd, timeout=600, stuck_mount=target.mountpoint)
+    report = json.loads(out[out.index("{"):])
+    job = report["jobs"][0]
+    if job.get("error"):
+        raise BenchError(f"fio {name}: error {job['error']}")
+    side = job["write"] if rw.endswith("write") else job["read"]
+    if side["io_bytes"] <= 0 or (not extra and side["io_bytes"] != cfg.file_size):
+        raise BenchError(f"fio {name}: moved {side['io_bytes']} bytes, expected {cfg.file_size}")
+    return side["bw_bytes"] / 1e6
+
+
+def fsbench(tool, target, *args):
+    out, _ = run([tool, *map(str, args)], timeout=600, stuck_mount=target.mountpoint)
+    values = dict(field.split("=") for field in out.split())
+    return float(values["seconds"]), int(values["count"]), int(values["bytes"])
+
+
+def sequential(cfg, target, record):
+    path = os.path.join(target.workdir, "seq.dat")
+    if os.path.exists(path):
+        os.unlink(path)
+    os.sync()
+    record("seq_write", lambda: fio(cfg, target, "seqwrite", "write", "1M", ("--end_fsync=1",)))
+    drop_caches()
+    record("seq_read_cold", lambda: fio(cfg, target, "seqread-cold", "read", "1M"))
+    # The cold read has just filled the caches: this pass is warm.
+    record("seq_read_warm", lambda: fio(cfg, target, "seqread-warm", "read", "1M"))
+    record("rand_read", lambda: fio(cfg, target, "randread", "randread", "4k",
+                                    ("--time_based", f"--runtime={cfg.rand_seconds}",
+                                     "--randrepeat=1")))
+    os.unlink(path)
+
+
+def metadata(cfg, tool, target, record):
+    folder = os.path.join(target.workdir, "meta")
+    os.mkdir(folder)
+    n = cfg.meta_files
+
+    def expect(result, what):
+        seconds, count, _ = result
+        if count != n:
+            raise BenchError(f"{what}: {count} entries, expected {n}")
+        return seconds
+
+    os.sync()
+    record("create", lambda: expect(fsbench(tool, target, "create", folder, n, cfg.meta_size), "create"))
+    drop_caches()
+    record("stat_cold", lambda: expect(fsbench(tool, target, "stat", folder, n), "stat"))
+    record("stat_warm", lambda: expect(fsbench(tool, target, "stat", folder, n), "stat"))
+    record("list", lambda: expect(fsbench(tool, target, "list", folder), "list"))
+    os.sync()
+    record("unlink", lambda: expect(fsbench(tool, target, "unlink", folder, n), "unlink"))
+    os.rmdir(folder)
+
+
+def tree(tarball, tool, target, record):
+    folder = os.path.join(target.workdir, "tree")
+    os.mkdir(folder)
+    # The tarball is read from native disk: warm it so untar measures the target's writes.
+    with open(tarball["path"], "rb") as f:
+        while f.read(1 << 20):
+            pass
+    os.sync()
+    record("untar", lambda: run(["tar", "-xf", tarball["path"], "-C", folder],
+                                timeout=600, stuck_mount=target.mountpoint)[1])
+
+    def readall():
+        seconds, count, size = fsbench(tool, target, "readall", folder)
+        if (count, size) != (tarball["files"], tarball["bytes"]):
+            raise BenchError(f"read {count} files / {size} bytes, the tarball holds "
+                             f"{tarball['files']} / {tarball['bytes']}")
+        return seconds
+
+    os.sync()
+    record("readall", readall)
+    os.sync()
+
+    def rmrf():
+        seconds = run(["rm", "-rf", folder], timeout=600, stuck_mount=target.mountpoint)[1]
+        if os.path.exists(folder):
+            raise BenchError("rm -rf left the folder in place")
+        return seconds
+
+    record("rmrf", rmrf)
+
+
+# ---------------------------------------------------------------------------------------
+# Figures and the table
+
+def sig3(value):
+    """Three significant digits, never an exponent."""
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f}"
+
+
+def summarize(samples, kind, native):
+    median = statistics.median(samples)
+    ratio = None
+    if native:
+        ratio = median / native if kind == "rate" else native / median
+    return median, min(samples), max(samples), ratio
+
+
+def render(cfg, meta, targets, results, errors):
+    lines = []
+    mode = ("QUICK (development figures: small sizes, 1 run each, not comparable to a full run)"
+            if cfg.quick else f"FULL ({cfg.runs} runs per figure)")
+    lines += [
+        f"ContainerFS benchmark: {mode}",
+        f"date        {meta['date']}   total time {meta['elapsed']:.0f} s",
+        f"commit      {meta['commit']}",
+        f"containerfs {meta['binary']}",
+        f"machine     {meta['machine']}",
+        f"disk        {meta['disk']}",
+        f"tools       {meta['tools']}",
+        f"tree        {meta['tarball']['content']}:",
+        f"            {meta['tarball']['files']:,} files, {meta['tarball']['bytes'] / 1e6:.1f} MB, "
+        f"tar sha256 {meta['tarball']['sha256'][:16]}",
+        "",
+        f"Each figure: median of {cfg.runs} run(s) (min-max). MB/s = 10^6 bytes/s, higher is better;",
+        "s = seconds, lower is better. ratio = to native in this same run, higher is always better:",
+        "  MB/s rows: target / native;   seconds rows: native / target.",
+        "",
+    ]
+    width = max(len(t.label) for t in targets) + 2
+    for key, label, unit, kind in workloads(cfg):
+        goal = GOALS.get(key)
+        lines.append(f"{label}  [{unit}]" + (f"   goal >= {goal}" if goal else ""))
+        native = results.get(("native", key))
+        native_median = statistics.median(native) if native else None
+        for target in targets:
+            samples = results.get((target.key, key))
+            error = errors.get((target.key, key))
+            if error or not samples:
+                lines.append(f"  {target.label:<{width}}FAILED: {error or 'not measured'}")
+                continue
+            median, low, high, ratio = summarize(samples, kind, native_median)
+            spread = f"({sig3(low)}-{sig3(high)})"
+            lines.append(f"  {target.label:<{width}}{sig3(median):>8} {spread:<17}"
+                         f"{f'{ratio:.2f}' if ratio is not None else '-':>6}")
+        lines.append("")
+
+    others = [t for t in targets if t.key != "native"]
+    lines.append("Ratios to native (higher is better)")
+    header = f"  {'workload':<26}{'goal':>6}" + "".join(f"{t.label:>{max(len(t.label), 6) + 2}}" for t in others)
+    lines.append(header)
+    short = {"seq_write": "seq write", "seq_read_cold": "seq read cold", "seq_read_warm": "seq read warm",
+             "rand_read": "random read 4 KiB", "create": "create", "stat_cold": "stat cold",
+             "stat_warm": "stat warm", "list": "list", "unlink": "delete", "untar": "untar",
+             "readall": "read-all", "rmrf": "rm -rf"}
+    missed = {t.key: [] for t in others}
+    met = {t.key: 0 for t in others}
+    for key, _, _, kind in workloads(cfg):
+        goal = GOALS.get(key)
+        row = f"  {short[key]:<26}{(f'{goal:.2f}' if goal else '-'):>6}"
+        native = results.get(("native", key))
+        for t in others:
+            samples = results.get((t.key, key))
+            cell = "FAIL"
+            if native and samples and not errors.get((t.key, key)) and not errors.get(("native", key)):
+                ratio = summarize(samples, kind, statistics.median(native))[3]
+                cell = f"{ratio:.2f}"
+                if goal is not None:
+                    if ratio >= goal:
+                        met[t.key] += 1
+                    else:
+                        missed[t.key].append(f"{short[key]} {ratio:.2f} < {goal}")
+            elif goal is not None:
+                missed[t.key].append(f"{short[key]} not measured")
+            row += f"{cell:>{max(len(t.label), 6) + 2}}"
+        lines.append(row)
+    lines.append("")
+    for t in others:
+        if t.key.startswith("containerfs"):
+            status = f"{met[t.key]}/{len(GOALS)} goals met"
+            if missed[t.key]:
+                status += "; missed: " + ", ".join(missed[t.key])
+            lines.append(f"{t.label}: {status}")
+    failed = sorted({(t, e) for (t, _), e in errors.items()})
+    if failed:
+        lines += ["", "Failures:"] + [f"  {t}: {e}" for t, e in failed]
+    return "\n".join(lines) + "\n"
+
+
+def describe(cfg, binary, root, tarball, elapsed):
+    def version(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "missing"
+
+    commit = version(["git", "-C", REPO, "log", "-1", "--format=%h %s"])
+    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "Sources", "Package.swift"],
+                           capture_output=True, text=True).stdout.strip()
+    if dirty:
+        commit += "  (+ uncommitted changes in Sources/)"
+    if binary and os.path.exists(binary):
+        stamp = datetime.datetime.fromtimestamp(os.path.getmtime(binary)).strftime("%Y-%m-%d %H:%M")
+        binary_text = f"{binary} (built {stamp})"
+    else:
+        binary_text = f"{binary} (missing)"
+    with open("/proc/meminfo") as f:
+        memory = int(f.readline().split()[1]) / (1 << 20)
+    fstype = "?"
+    with open("/proc/self/mounts") as f:
+        best = ""
+        for line in f:
+            device, point, kind = line.split()[:3]
+            if root.startswith(point) and len(point) >= len(best):
+                best, fstype = point, f"{kind} on {device}"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "elapsed": elapsed,
+        "commit": commit,
+        "binary": binary_text,
+        "machine": f"{os.cpu_count()} cores, {memory:.0f} GiB, kernel {platform.release()}",
+        "disk": f"{root}: {fstype}",
+        "tools": f"{version(['fio', '--version'])}, {version(['bindfs', '--version'])}, "
+                 f"{version(['tar', '--version'])}",
+        "tarball": tarball,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("binary", help="the containerfs binary (e.g. .build/release/containerfs)")
+    parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK") == "1",
+                        help="small sizes and 1 run, for development (also BENCH_QUICK=1)")
+    parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", "0")),
+                        help="runs per figure (default 3, quick 1; also BENCH_RUNS)")
+    parser.add_argument("--targets", default=os.environ.get("BENCH_TARGETS", "native,bindfs,cfs-documents,cfs-caches"),
+                        help="comma-separated subset of native,bindfs,cfs-documents,cfs-caches")
+    parser.add_argument("--root", default=os.environ.get("BENCH_ROOT", "/var/tmp/cfs-bench"),
+                        help="scratch folder on the disk under test (emptied first)")
+    parser.add_argument("--output", default=os.environ.get("BENCH_OUTPUT"),
+                        help="results file (default bench/results/latest.txt, quick: quick.txt)")
+    parser.add_argument("--options", default=os.environ.get("BENCH_CFS_OPTIONS", ""),
+                        help="extra -o options for containerfs mount (also BENCH_CFS_OPTIONS)")
+    args = parser.parse_args()
+
+    if os.geteuid() != 0:
+        sys.exit("bench: must run as root (drop_caches, mounts)")
+    for tool in ("fio", "cc", "tar"):
+        if not shutil.which(tool):
+            sys.exit(f"bench: {tool} is missing (scripts/install-deps.sh --bench)")
+    cfg = Config(args.quick, args.runs or (1 if args.quick else 3))
+    if not cfg.quick and cfg.runs < 3:
+        sys.exit("bench: a full run needs at least 3 runs per figure")
+    binary = os.path.abspath(args.binary) if args.binary else None
+    root = os.path.abspath(args.root)
+    output = args.output or os.path.join(HERE, "results", "quick.txt" if cfg.quick else "latest.txt")
+
+    started = time.monotonic()
+    if os.path.exists(root):
+        # A previous run killed hard may have left mounts: never rm -rf through them.
+        for leftover in ("bindfs-mnt", "cfs-mnt"):
+            unmount(os.path.join(root, leftover), [["umount", os.path.join(root, leftover)]], [])
+        shutil.rmtree(root)
+    scratch = os.path.join(root, "run")
+    os.makedirs(scratch)
+
+    tool = os.path.join(scratch, "fsbench")
+    run(["cc", "-O2", "-Wall", "-o", tool, os.path.join(HERE, "fsbench.c")], timeout=120)
+    log("bench: making the tree tarball")
+    tarball = make_tarball(os.path.join(scratch, "tree.tar"))
+    log(f"bench: tarball {tarball['files']} files, {tarball['bytes'] / 1e6:.1f} MB")
+
+    every = {"native": lambda: Native(root), "bindfs": lambda: Bindfs(root)}
+    mount = ContainerfsMount(root, binary, args.options)
+    every["cfs-documents"] = lambda: Containerfs(mount, "Documents", "containerfs-documents", "containerfs Documents")
+    every["cfs-caches"] = lambda: Containerfs(mount, "Library/Caches", "containerfs-caches", "containerfs Library/Caches")
+    wanted = [name.strip() for name in args.targets.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in every]
+    if unknown or "native" not in wanted:
+        sys.exit(f"bench: --targets must include native and be among {', '.join(every)}")
+    targets = [every[name]() for name in wanted]
+
+    results, errors = {}, {}
+    try:
+        for target in targets:
+            try:
+                target.setup()
+                log(f"bench: {target.label} ready at {target.workdir}")
+            except (BenchError, OSError) as e:
+                target.error = f"{e}"
+                log(f"bench: FAILED to set up {target.label}: {e}")
+        for round_ in range(1, cfg.runs + 1):
+            for target in targets:
+                if target.error:
+                    continue
+                for group in ("sequential", "metadata", "tree"):
+                    if target.error:
+                        break
+
+                    def record(key, measure, target=target, round_=round_):
+                        if (target.key, key) in errors:
+                            raise BenchError(f"{key} failed in an earlier run")
+                        try:
+                            value = measure()
+                        except (BenchError, OSError, ValueError, KeyError) as e:
+                            errors[(target.key, key)] = str(e)
+                            log(f"  [{round_}/{cfg.runs}] {target.label}: {key} FAILED: {e}")
+                            raise
+                        results.setdefault((target.key, key), []).append(value)
+                        log(f"  [{round_}/{cfg.runs}] {target.label}: {key} {sig3(value)}")
+
+                    try:
+                        if group == "sequential":
+                            sequential(cfg, target, record)
+                        elif group == "metadata":
+                            metadata(cfg, tool, target, record)
+                        else:
+                            tree(tarball, tool, target, record)
+                    except (BenchError, OSError) as e:
+                        if not any(k[0] == target.key and errors[k] == str(e) for k in errors):
+                            errors[(target.key, group)] = str(e)
+                            log(f"  [{round_}/{cfg.runs}] {target.label}: {group} FAILED: {e}")
+                        # Leave nothing behind for the next group or run.
+                        for leftover in ("seq.dat", "meta", "tree"):
+                            path = os.path.join(target.workdir, leftover)
+                            try:
+                                run(["rm", "-rf", path], timeout=300, stuck_mount=target.mountpoint)
+                            except (BenchError, OSError):
+                                pass
+                    if not target.alive():
+                        target.error = "the mount went away (did the daemon die?)"
+                        log(f"bench: {target.label}: {target.error}")
+    finally:
+        log("bench: unmounting")
+        seen = set()
+        for target in reversed(targets):
+            if id(getattr(target, "mount", target)) in seen:
+                continue
+            seen.add(id(getattr(target, "mount", target)))
+            try:
+                target.teardown()
+            except Exception as e:  # keep tearing down the others
+                log(f"bench: teardown of {target.label}: {e}")
+
+    for target in targets:
+        if target.error:
+            for key, _, _, _ in workloads(cfg):
+                errors.setdefault((target.key, key), target.error)
+    # A group-level failure (outside any one workload) marks that group's unmeasured rows.
+    groups = {"sequential": ("seq_write", "seq_read_cold", "seq_read_warm", "rand_read"),
+              "metadata": ("create", "stat_cold", "stat_warm", "list", "unlink"),
+              "tree": ("untar", "readall", "rmrf")}
+    for (key, group), error in list(errors.items()):
+        if group in groups:
+            del errors[(key, group)]
+            for workload in groups[group]:
+                if (key, workload) not in errors and len(results.get((key, workload), [])) < cfg.runs:
+                    errors[(key, workload)] = error
+    for (key, workload), samples in results.items():
+        if len(samples) < cfg.runs:
+            errors.setdefault((key, workload), f"only {len(samples)} of {cfg.runs} runs succeeded")
+
+    meta = describe(cfg, binary, root, tarball, time.monotonic() - started)
+    table = render(cfg, meta, targets, results, errors)
+    print(table, end="")
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+        f.write(table)
+    with open(os.path.splitext(output)[0] + ".json", "w") as f:
+        json.dump({"meta": meta, "quick": cfg.quick, "runs": cfg.runs,
+                   "samples": {f"{t}/{w}": v for (t, w), v in sorted(results.items())},
+                   "errors": {f"{t}/{w}": e for (t, w), e in sorted(errors.items())}}, f, indent=1)
+        f.write("\n")
+    log(f"bench: wrote {output}")
+    shutil.rmtree(root, ignore_errors=True)
+    if errors:
+        log(f"bench: FAILED: {len(errors)} figure(s) could not be measured (see Failures above)")
+        return 1
+    return 0
+
+
+def on_signal(number, _frame):
+    raise KeyboardInterrupt(f"signal {number}")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:
+        log(f"bench: interrupted ({e}); mounts were cleaned up")
+        sys.exit(130)
