@@ -147,11 +147,11 @@ public final class AuditLog: @unchecked Sendable {
     /// The process's name from `/proc/PID/comm`: one small read, no allocation beyond the result.
     private static func processName(_ pid: Int32) -> String {
         var path = Array("/proc/\(pid)/comm".utf8CString)
-        let fd = open(&path, O_RDONLY | O_CLOEXEC)
+        let fd = Glibc.open(&path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return "?" }
         defer { Glibc.close(fd) }
         var buffer = [UInt8](repeating: 0, count: 32)
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
         guard count > 0 else { return "?" }
         return String(decoding: buffer[0..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
     }
