@@ -240,7 +240,9 @@ struct ClassificationTests {
         #expect(area.isWritable == [.data, .cache, .temporary].contains(area))
     }
 
-    @Test("A path's location is its parent's location and its own name", arguments: classificationCases + hiddenNameCases + lookalikeCases)
+    @Test(
+        "A path's location is its parent's location and its own name",
+        arguments: classificationCases + hiddenNameCases + lookalikeCases)
     func locationIsStepwise(_ cell: ClassificationCase) {
         let full = ContainerPath(bytes: cell.path)!
         guard let last = full.components.last else { return }
@@ -248,10 +250,14 @@ struct ClassificationTests {
         #expect(layout.location(of: full) == layout.child(last, of: layout.location(of: parent)))
     }
 
-    @Test("A name below the bundle, a foreign name or a hidden name keeps its parent's location",
-          arguments: [Location.bundle, .foreign, .hidden, .inside(.data), .inside(.inbox), .inside(.cache), .inside(.temporary)])
+    @Test(
+        "Below anything but the root and a standard directory, every name keeps its parent's location",
+        arguments: [
+            Location.bundle, .foreign, .hidden, .inside(.data), .inside(.inbox), .inside(.cache), .inside(.temporary),
+        ])
     func belowLeaf(_ parent: Location) {
-        for name in ["Documents", "Inbox", "Library", "Caches", "tmp", "Demo.app", ".containerfs", "CACHEDIR.TAG", "x"] {
+        let names = ["Documents", "Inbox", "Library", "Caches", "tmp", "Demo.app", ".containerfs", "CACHEDIR.TAG", "x"]
+        for name in names {
             #expect(layout.child(bytes(name), of: parent) == parent, "\(name)")
         }
     }

@@ -10,6 +10,7 @@ import Testing
 enum SinglePathOperation: String, CaseIterable, Sendable {
     case read, create, changeContent, changeMetadata, delete
 
+    /// The operation on `location`.
     func callAsFunction(_ location: Location) -> Operation {
         switch self {
         case .read: .read(location)
@@ -34,19 +35,19 @@ struct SinglePathCase: Sendable, CustomTestStringConvertible {
 /// Columns: read (and list, stat, getxattr); create inside; change content; change
 /// metadata (chmod, chown, utimens, setxattr, removexattr); delete.
 let singlePathTable: [Kind: [Expected]] = [
-    //          read     create     content    metadata   delete
-    .root: [.ok, .fixed, .fixed, .fixed, .fixed],
-    .standard: [.ok, .fixed, .fixed, .fixed, .fixed],
-    .foreign: [.ok, .fixed, .fixed, .fixed, .fixed],
-    .bundle: [.ok, .bundle, .bundle, .bundle, .bundle],
-    .inbox: [.ok, .inbox, .inbox, .inbox, .ok],
-    .data: [.ok, .ok, .ok, .ok, .ok],
-    .cache: [.ok, .ok, .ok, .ok, .ok],
-    .temporary: [.ok, .ok, .ok, .ok, .ok],
+    //           read       create     content    metadata   delete
+    .root:      [.ok,       .fixed,    .fixed,    .fixed,    .fixed],
+    .standard:  [.ok,       .fixed,    .fixed,    .fixed,    .fixed],
+    .foreign:   [.ok,       .fixed,    .fixed,    .fixed,    .fixed],
+    .bundle:    [.ok,       .bundle,   .bundle,   .bundle,   .bundle],
+    .inbox:     [.ok,       .inbox,    .inbox,    .inbox,    .ok],
+    .data:      [.ok,       .ok,       .ok,       .ok,       .ok],
+    .cache:     [.ok,       .ok,       .ok,       .ok,       .ok],
+    .temporary: [.ok,       .ok,       .ok,       .ok,       .ok],
     // SPEC §1: the state folder is never listed, reachable or creatable. Reading or
     // removing it answers as if it did not exist; making one, or changing one the
     // program cannot reach anyway, is refused as a reserved name.
-    .hidden: [.absent, .reserved, .reserved, .reserved, .absent],
+    .hidden:    [.absent,   .reserved, .reserved, .reserved, .absent],
 ]
 
 let singlePathCases: [SinglePathCase] = Kind.allCases.flatMap { kind in

@@ -15,7 +15,10 @@ struct Scenario: Sendable, CustomTestStringConvertible {
     let expected: Expected
     var testDescription: String { "\(title): \(paths.0)\(paths.1.isEmpty ? "" : " → \(paths.1)")" }
 
-    init(_ title: String, _ path: String, _ expected: Expected, _ operation: @escaping @Sendable (Location) -> Operation) {
+    init(
+        _ title: String, _ path: String, _ expected: Expected,
+        _ operation: @escaping @Sendable (Location) -> Operation
+    ) {
         self.title = title
         self.paths = (path, "")
         self.expected = expected
@@ -33,6 +36,7 @@ struct Scenario: Sendable, CustomTestStringConvertible {
     }
 }
 
+/// The two-path operations, for the scenario table.
 let renaming: @Sendable (Location, Location) -> Operation = { .rename(from: $0, to: $1, exchange: false) }
 let exchanging: @Sendable (Location, Location) -> Operation = { .rename(from: $0, to: $1, exchange: true) }
 let linking: @Sendable (Location, Location) -> Operation = { .link(from: $0, to: $1) }

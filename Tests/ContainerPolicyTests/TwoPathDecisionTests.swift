@@ -10,6 +10,7 @@ import Testing
 enum TwoPathOperation: String, CaseIterable, Sendable {
     case rename, exchange, link
 
+    /// The operation from `source` to `target`.
     func callAsFunction(from source: Location, to target: Location) -> Operation {
         switch self {
         case .rename: .rename(from: source, to: target, exchange: false)
@@ -36,47 +37,47 @@ enum TwoPathOperation: String, CaseIterable, Sendable {
 
 /// rename(2) without `RENAME_EXCHANGE`.
 let renameTable: [[Expected]] = [
-    //  target: root     standard  foreign   bundle    inbox     data      cache     temporary hidden
-    /* root      */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed],
-    /* standard  */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed],
-    /* foreign   */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed],
-    /* bundle    */ [.bundle, .bundle, .bundle, .bundle, .bundle, .bundle, .bundle, .bundle, .bundle],
-    /* inbox     */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* data      */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* cache     */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* temporary */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* hidden    */ [.absent, .absent, .absent, .absent, .absent, .absent, .absent, .absent, .absent],
+    // target:      root       standard   foreign    bundle     inbox      data       cache      temporary  hidden
+    /* root      */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
+    /* standard  */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
+    /* foreign   */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
+    /* bundle    */ [.bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle],
+    /* inbox     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* data      */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* cache     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* temporary */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* hidden    */ [.absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent],
 ]
 
 /// rename(2) with `RENAME_EXCHANGE`: each end both loses its entry and gains the other's,
 /// so each end must allow rename out of and rename into; an inbox end is refused.
 let exchangeTable: [[Expected]] = [
-    //  target: root     standard  foreign   bundle    inbox     data      cache     temporary hidden
-    /* root      */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .absent],
-    /* standard  */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .absent],
-    /* foreign   */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .absent],
-    /* bundle    */ [.bundle, .bundle, .bundle, .bundle, .bundle, .bundle, .bundle, .bundle, .absent],
-    /* inbox     */ [.fixed, .fixed, .fixed, .bundle, .inbox, .inbox, .inbox, .inbox, .absent],
-    /* data      */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .absent],
-    /* cache     */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .absent],
-    /* temporary */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .absent],
-    /* hidden    */ [.absent, .absent, .absent, .absent, .absent, .absent, .absent, .absent, .absent],
+    // target:      root       standard   foreign    bundle     inbox      data       cache      temporary  hidden
+    /* root      */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .absent],
+    /* standard  */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .absent],
+    /* foreign   */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .absent],
+    /* bundle    */ [.bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .absent],
+    /* inbox     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .inbox,    .inbox,    .inbox,    .absent],
+    /* data      */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .absent],
+    /* cache     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .absent],
+    /* temporary */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .absent],
+    /* hidden    */ [.absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent],
 ]
 
 /// link(2). SPEC §2: "A hard link whose source is in the bundle or the inbox is denied
 /// (`EPERM`, `EACCES`)" — the inbox's own errno, which an EPERM target still beats. The
 /// engine has no EACCES rule for links, so that row checks errno only.
 let linkTable: [[Expected]] = [
-    //  target: root     standard  foreign   bundle    inbox     data      cache     temporary hidden
-    /* root      */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed],
-    /* standard  */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed],
-    /* foreign   */ [.fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed, .fixed],
-    /* bundle    */ [.link, .link, .link, .link, .link, .link, .link, .link, .link],
-    /* inbox     */ [.eperm, .eperm, .eperm, .eperm, .eacces, .eacces, .eacces, .eacces, .eperm],
-    /* data      */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* cache     */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* temporary */ [.fixed, .fixed, .fixed, .bundle, .inbox, .ok, .ok, .ok, .reserved],
-    /* hidden    */ [.absent, .absent, .absent, .absent, .absent, .absent, .absent, .absent, .absent],
+    // target:      root       standard   foreign    bundle     inbox      data       cache      temporary  hidden
+    /* root      */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
+    /* standard  */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
+    /* foreign   */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
+    /* bundle    */ [.link,     .link,     .link,     .link,     .link,     .link,     .link,     .link,     .link],
+    /* inbox     */ [.eperm,    .eperm,    .eperm,    .eperm,    .eacces,   .eacces,   .eacces,   .eacces,   .eperm],
+    /* data      */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* cache     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* temporary */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
+    /* hidden    */ [.absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent],
 ]
 
 /// One cell of a two-path table, for one pair of locations of those kinds.
@@ -105,6 +106,7 @@ struct TwoPathCase: Sendable, CustomTestStringConvertible {
     }
 }
 
+/// Every location, each standard directory separately.
 let allLocations = Kind.allCases.flatMap(\.locations)
 
 @Suite("Decisions on two paths")
