@@ -92,8 +92,11 @@ public enum Policy {
                                         : mutationDenial(target)
             return decision(strictest(sourceDenial, targetDenial))
         case .link(let source, let target):
+            // A second name would let the file change outside its area's rules; each area
+            // refuses with its own errno (bundle EPERM, inbox EACCES).
             let sourceDenial: Denial? = switch source.area {
-            case .bundle, .inbox: .linkWouldExposeReadOnlyFile
+            case .bundle: .linkWouldExposeReadOnlyFile
+            case .inbox: .inboxIsReadDeleteOnly
             case .structure: source == .hidden ? .notInContainer : .structureIsFixed
             case .data, .cache, .temporary: nil
             }

@@ -1,0 +1,196 @@
+import Foundation
+import Glibc
+import Testing
+
+/// The built `containerfs` binary: beside the test bundle, as SwiftPM lays them out.
+let containerfsBinary: String = {
+    if let path = ProcessInfo.processInfo.environment["CONTAINERFS_BIN"] { return path }
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    var directory = URL(fileURLWithPath: exe).deletingLastPathComponent()
+    // swift test runs .build/debug/NAME.xctest; the executable sits in .build/debug.
+    while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("containerfs").path), directory.path != "/" {
+        directory.deleteLastPathComponent()
+    }
+    return directory.appendingPathComponent("containerfs").path
+}()
+
+/// What a finished program printed and how it exited.
+struct ProgramResult: CustomStringConvertible {
+    let status: Int32
+    let stdout: String
+    let stderr: String
+    var description: String { "status \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+}
+
+/// Runs a program to completion (optionally as another user, through `setpriv`).
+@discardableResult
+func runProgram(_ arguments: [String], user: String? = nil, directory: String? = nil,
+                environment: [String: String]? = nil, input: Data? = nil) throws -> ProgramResult {
+    let process = Process()
+    var argv = arguments
+    if let user {
+        // setpriv switches uid, gid and groups without a login shell or PAM.
+        argv = ["setpriv", "--reuid=\(user)", "--regid=\(user)", "--init-groups", "--"] + argv
+    }
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = argv
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    if let environment { process.environment = environment }
+    let out = Pipe(), err = Pipe(), stdin = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = stdin
+    try process.run()
+    if let input { stdin.fileHandleForWriting.write(input) }
+    try? stdin.fileHandleForWriting.close()
+    // Read both pipes before waiting, so a chatty program cannot block on a full pipe.
+    let group = DispatchGroup()
+    nonisolated(unsafe) var errData = Data()
+    group.enter()
+    DispatchQueue.global().async {
+        errData = err.fileHandleForReading.readDataToEndOfFile()
+        group.leave()
+    }
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
+    process.waitUntilExit()
+    return ProgramResult(status: process.terminationStatus,
+                         stdout: String(decoding: outData, as: UTF8.self),
+                         stderr: String(decoding: errData, as: UTF8.self))
+}
+
+/// Runs `containerfs ARGUMENTS`.
+@discardableResult
+func containerfs(_ arguments: [String], user: String? = nil) throws -> ProgramResult {
+    try runProgram([containerfsBinary] + arguments, user: user)
+}
+
+/// A fresh container store, its bundle source and a mount point in a temporary folder.
+///
+/// `withMountedContainer` mounts it and always unmounts and removes it afterwards.
+final class MountedContainer: @unchecked Sendable {
+    /// The temporary folder holding everything.
+    let base: String
+    /// The store, as `containerfs create` made it.
+    let store: String
+    /// Where it is mounted.
+    let mountpoint: String
+    /// The bundle's name.
+    let bundleName = "Demo.app"
+    /// The user the mount belongs to (nil: root, the test runner).
+    let user: String?
+
+    /// Makes the store. The bundle holds `Info.plist`, `res/data.txt`, a symlink `link`.
+    init(user: String? = nil) throws {
+        base = try makeTemporaryDirectory()
+        store = base + "/store"
+        mountpoint = base + "/mnt"
+        self.user = user
+        let bundle = base + "/" + bundleName
+        try FileManager.default.createDirectory(atPath: bundle + "/res", withIntermediateDirectories: true)
+        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        try Data("resource\n".utf8).write(to: URL(fileURLWithPath: bundle + "/res/data.txt"))
+        try FileManager.default.createSymbolicLink(atPath: bundle + "/link", withDestinationPath: "Info.plist")
+        try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+        if let user {
+            // The user needs to reach its folder; the parent temp dir is root's.
+            try runProgram(["chown", "-R", "\(user):\(user)", base])
+            chmod(base, 0o755)
+        }
+        let created = try containerfs(["create", store, "--bundle", bundle], user: user)
+        guard created.status == 0 else { throw TestFailure("containerfs create failed: \(created)") }
+    }
+
+    /// Host path of `relative` through the mount.
+    func mounted(_ relative: String) -> String { mountpoint + "/" + relative }
+    /// Host path of `relative` in the store (behind the mount's back).
+    func stored(_ relative: String) -> String { store + "/" + relative }
+
+    /// Mounts the store; returns once `containerfs mount` says it is ready, and checks that
+    /// the kernel agrees (the mount point is on another device than its parent).
+    func mount(options: [String] = []) throws {
+        let result = try containerfs(["mount", store, mountpoint] + options.flatMap { ["-o", $0] }, user: user)
+        guard result.status == 0 else { throw TestFailure("containerfs mount failed: \(result)") }
+        guard isMountPoint(mountpoint) else { throw TestFailure("mount returned but \(mountpoint) is not a mount point") }
+    }
+
+    /// Unmounts, tolerating a busy mount for a while, then lazily; never throws.
+    func unmount() {
+        for _ in 0..<20 {
+            guard isMountPoint(mountpoint) || isDeadMount(mountpoint) else { return }
+            if (try? containerfs(["unmount", mountpoint], user: user))?.status == 0 { return }
+            usleep(100_000)
+        }
+        _ = try? runProgram(["fusermount3", "-uz", mountpoint])
+    }
+
+    /// The store's audit records, decoded from `containerfs audit --json`.
+    func auditRecords() throws -> [[String: Any]] {
+        let result = try containerfs(["audit", store, "--json"])
+        guard result.status == 0 else { throw TestFailure("containerfs audit failed: \(result)") }
+        return try result.stdout.split(separator: "\n").map {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any]
+        }
+    }
+
+    /// Waits until the audit log has at least `count` records (it is written asynchronously).
+    func waitForAudit(count: Int, seconds: Double = 5) throws -> [[String: Any]] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            let records = try auditRecords()
+            if records.count >= count || Date() > deadline { return records }
+            usleep(20_000)
+        }
+    }
+
+    deinit {
+        unmount()
+        _ = try? runProgram(["rm", "-rf", base])
+    }
+}
+
+/// Makes a store, mounts it, runs `body`, and always unmounts.
+func withMountedContainer(user: String? = nil, options: [String] = [], _ body: (MountedContainer) throws -> Void) throws {
+    let container = try MountedContainer(user: user)
+    defer { container.unmount() }
+    try container.mount(options: options)
+    try body(container)
+}
+
+/// A new empty folder under /tmp (on the same disk as the tests' stores).
+func makeTemporaryDirectory() throws -> String {
+    var template = Array("/tmp/containerfs-test-XXXXXX".utf8CString)
+    guard let path = mkdtemp(&template) else { throw TestFailure("mkdtemp: \(String(cString: strerror(errno)))") }
+    return String(cString: path)
+}
+
+/// True when `path` is a mount point (its device differs from its parent's).
+func isMountPoint(_ path: String) -> Bool {
+    var mine = stat(), parent = stat()
+    guard stat(path, &mine) == 0, stat(path + "/..", &parent) == 0 else { return false }
+    return mine.st_dev != parent.st_dev
+}
+
+/// True when `path` is a mount whose daemon died ("Transport endpoint is not connected").
+func isDeadMount(_ path: String) -> Bool {
+    var info = stat()
+    return stat(path, &info) != 0 && errno == ENOTCONN
+}
+
+/// A failure with a message, for setup steps that are not assertions.
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The errno of a C call that should fail, or 0 if it succeeded.
+func errnoOf(_ call: () -> Int32) -> Int32 {
+    errno = 0
+    return call() < 0 ? errno : 0
+}
+
+/// The SHA-256 of every file under `path` (via sha256sum), to show a tree did not change.
+func treeDigest(_ path: String) throws -> String {
+    let result = try runProgram(["sh", "-c", "cd \"$1\" && find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum", "sh", path])
+    return result.stdout
+}

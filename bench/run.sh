@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The benchmark of issue 7: native ext4, bindfs and ContainerFS (Documents/ and
+# Library/Caches/), same workloads, one run. `make bench` calls this after installing
+# fio and bindfs. Usage:
+#
+#   bench/run.sh PATH_TO_containerfs [--quick] [--runs N] [--targets native,bindfs,...]
+#
+# BENCH_QUICK=1 is the same as --quick (small sizes, 1 run: development figures only).
+# The table is printed and written to bench/results/latest.txt (quick: quick.txt).
+# docs/benchmarks.md explains every figure. Needs root: it mounts and drops caches.
+set -euo pipefail
+
+if [[ $# -lt 1 || "$1" == -* ]]; then
+  echo "usage: bench/run.sh PATH_TO_containerfs [--quick] [--runs N] [--targets LIST]" >&2
+  exit 64
+fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export BENCH_ROOT=${BENCH_ROOT:-/var/tmp/cfs-bench}
+export PYTHONDONTWRITEBYTECODE=1
+
+# bench.py unmounts everything itself; this is the backstop for when it cannot (killed
+# with SIGKILL, or python crashing): detach every mount left below the bench root,
+# deepest first, lazily if it is busy.
+sweep() {
+  local point
+  awk -v root="$BENCH_ROOT/" 'index($5, root) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+    while read -r point; do
+      echo "bench/run.sh: unmounting leftover $point" >&2
+      fusermount3 -u "$point" 2>/dev/null || umount "$point" 2>/dev/null || umount -l "$point" || true
+    done
+}
+trap sweep EXIT
+trap 'exit 130' INT TERM HUP
+
+status=0
+python3 "$here/bench.py" "$@" || status=$?
+exit "$status"
