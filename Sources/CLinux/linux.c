@@ -47,3 +47,7 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length) {
     return fallocate(fd, mode, offset, length);
 }
+
+int clinux_spawn_close_from(void *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, from);
+}

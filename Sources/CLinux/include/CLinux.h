@@ -35,6 +35,10 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
 /// fallocate(2), declared by glibc only under _GNU_SOURCE.
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 
+/// posix_spawn_file_actions_addclosefrom_np: the child closes every descriptor from
+/// `from` on, so nothing the parent inherited (pipes of whoever started it) leaks on.
+int clinux_spawn_close_from(void *actions, int from);
+
 /// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
 int clinux_setfsuid(uid_t uid);
 int clinux_setfsgid(gid_t gid);
