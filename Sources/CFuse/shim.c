@@ -8,9 +8,10 @@ int cfuse_reply_fd_data(fuse_req_t req, int fd, off_t offset, size_t size) {
     return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
-void cfuse_set_open_flags(struct fuse_file_info *fi, bool direct_io, bool keep_cache, bool cache_readdir) {
+void cfuse_set_open_flags(struct fuse_file_info *fi, bool direct_io, bool keep_cache, bool noflush, bool cache_readdir) {
     fi->direct_io = direct_io;
     fi->keep_cache = keep_cache;
+    fi->noflush = noflush;
     fi->cache_readdir = cache_readdir;
 }
 

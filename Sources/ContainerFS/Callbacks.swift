@@ -124,8 +124,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let (fd, directIO) = try fileSystem(request).open(caller(request), ino, cfuse_open_flags(info))
             info!.pointee.fh = UInt64(fd)
-            // Direct I/O bypasses the page cache; otherwise keep it across opens.
-            cfuse_set_open_flags(info, directIO, !directIO, false)
+            // Direct I/O bypasses the page cache; otherwise keep it across opens. No
+            // FLUSH on close: writes reach the store as they come, and locks are the kernel's.
+            cfuse_set_open_flags(info, directIO, !directIO, true, false)
             if fuse_reply_open(request, info) == -ENOENT { close(fd) }
         }
     }
@@ -133,7 +134,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             var (entry, fd, directIO) = try fileSystem(request).create(caller(request), parent, name!, mode, cfuse_open_flags(info))
             info!.pointee.fh = UInt64(fd)
-            cfuse_set_open_flags(info, directIO, !directIO, false)
+            cfuse_set_open_flags(info, directIO, !directIO, true, false)
             if fuse_reply_create(request, &entry, info) == -ENOENT { close(fd) }
         }
     }
@@ -163,7 +164,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let directory = try fileSystem(request).opendir(ino)
             info!.pointee.fh = UInt64(UInt(bitPattern: Unmanaged.passRetained(directory).toOpaque()))
-            cfuse_set_open_flags(info, false, false, false)
+            cfuse_set_open_flags(info, false, false, false, false)
             fuse_reply_open(request, info)
         }
     }

@@ -119,7 +119,7 @@ public final class Session {
         let config = fuse_loop_cfg_create()
         fuse_loop_cfg_set_clone_fd(config, 1)
         fuse_loop_cfg_set_max_threads(config, options.maxThreads)
-        fuse_loop_cfg_set_idle_threads(config, UInt32(min(options.maxThreads, 4)))
+        fuse_loop_cfg_set_idle_threads(config, options.maxThreads)
         _ = fuse_session_loop_mt(session, config)
         fuse_loop_cfg_destroy(config)
         fuse_remove_signal_handlers(session)

@@ -14,7 +14,7 @@
 int cfuse_reply_fd_data(fuse_req_t req, int fd, off_t offset, size_t size);
 
 /// fuse_file_info's bit-fields, set from Swift in one call.
-void cfuse_set_open_flags(struct fuse_file_info *fi, bool direct_io, bool keep_cache, bool cache_readdir);
+void cfuse_set_open_flags(struct fuse_file_info *fi, bool direct_io, bool keep_cache, bool noflush, bool cache_readdir);
 
 /// The open flags of a request (fi->flags), for symmetry with the setter.
 int cfuse_open_flags(const struct fuse_file_info *fi);
