@@ -1,0 +1,134 @@
+import ContainerPolicy
+import Foundation
+import Glibc
+import Testing
+
+@testable import ContainerStore
+
+/// A temporary folder with a small bundle in it, removed afterwards.
+private struct Scratch: ~Copyable {
+    let path: String
+
+    init() throws {
+        var template = Array("/tmp/containerfs-store-XXXXXX".utf8CString)
+        path = String(cString: mkdtemp(&template)!)
+        try FileManager.default.createDirectory(atPath: path + "/Demo.app/res", withIntermediateDirectories: true)
+        try Data("plist".utf8).write(to: URL(fileURLWithPath: path + "/Demo.app/Info.plist"))
+        try FileManager.default.createSymbolicLink(atPath: path + "/Demo.app/link", withDestinationPath: "Info.plist")
+        chmod(path + "/Demo.app/Info.plist", 0o640)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+@Suite("Store")
+struct StoreTests {
+    @Test func createMakesTheStructureTheBundleAndTheStateFolder() throws {
+        let scratch = try Scratch()
+        let store = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
+        #expect(store.layout.bundleName == Array("Demo.app".utf8))
+        let fm = FileManager.default
+        for directory in StandardDirectory.allCases {
+            var isDirectory: ObjCBool = false
+            #expect(fm.fileExists(atPath: scratch.path + "/store/" + directory.path.description, isDirectory: &isDirectory) && isDirectory.boolValue)
+        }
+        #expect(fm.contents(atPath: scratch.path + "/store/Demo.app/Info.plist") == Data("plist".utf8))
+        #expect(try fm.destinationOfSymbolicLink(atPath: scratch.path + "/store/Demo.app/link") == "Info.plist")
+        var info = stat()
+        stat(scratch.path + "/store/Demo.app/Info.plist", &info)
+        #expect(info.st_mode & 0o777 == 0o640, "modes are copied")
+        #expect(fm.fileExists(atPath: scratch.path + "/store/Library/Caches/CACHEDIR.TAG"))
+        #expect(fm.fileExists(atPath: scratch.path + "/store/tmp/CACHEDIR.TAG"))
+        #expect(try fm.contentsOfDirectory(atPath: scratch.path).sorted() == ["Demo.app", "store"], "no staging folder left")
+    }
+
+    @Test func createRefusesBadBundlesAndLeavesNothing() throws {
+        let scratch = try Scratch()
+        symlink(scratch.path + "/Demo.app", scratch.path + "/Link.app")
+        try FileManager.default.createDirectory(atPath: scratch.path + "/NotABundle", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: scratch.path + "/Fifo.app", withIntermediateDirectories: true)
+        mkfifo(scratch.path + "/Fifo.app/pipe", 0o644)
+        let cases: [(String, String)] = [
+            ("/Missing.app", "no bundle at"),
+            ("/Link.app", "is a symlink"),
+            ("/NotABundle", "must be a folder named NAME.app"),
+            ("/Fifo.app", "special file"),
+        ]
+        for (bundle, message) in cases {
+            let error = #expect(throws: UserError.self) {
+                _ = try Store.create(at: scratch.path + "/store", bundle: scratch.path + bundle)
+            }
+            #expect(error?.message.contains(message) == true, "\(bundle): \(error?.message ?? "")")
+            #expect(error?.message.contains("\n") == false)
+        }
+        let left = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0.hasPrefix(".") || $0 == "store" }
+        #expect(left.isEmpty, "nothing left behind: \(left)")
+    }
+
+    @Test func createRefusesANonEmptyTarget() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.path + "/store/x", withIntermediateDirectories: true)
+        let error = #expect(throws: UserError.self) {
+            _ = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
+        }
+        #expect(error?.exitCode == 64)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.path + "/store") == ["x"])
+    }
+
+    @Test func openRefusesForeignAndDamagedStores() throws {
+        let scratch = try Scratch()
+        #expect(throws: UserError.self) { _ = try Store.open(scratch.path + "/Demo.app") }
+        _ = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
+        rmdir(scratch.path + "/store/Documents/Inbox")
+        let error = #expect(throws: UserError.self) { _ = try Store.open(scratch.path + "/store") }
+        #expect(error?.message.contains("Documents/Inbox") == true)
+        // A symlink in place of a standard directory is damage too, not a way out.
+        symlink("/etc", scratch.path + "/store/Documents/Inbox")
+        #expect(throws: UserError.self) { _ = try Store.open(scratch.path + "/store") }
+    }
+}
+
+@Suite("Audit log")
+struct AuditLogTests {
+    @Test func recordsAreWrittenAndReadBack() throws {
+        let scratch = try Scratch()
+        let store = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
+        let log = AuditLog(stateFD: store.stateFD)
+        log.record(pid: getpid(), uid: 1000, operation: "unlink", paths: [ContainerPath(components: [Array("Demo.app".utf8), [0x66, 0xFF]])],
+                   areas: [.bundle], denial: .bundleIsReadOnly)
+        log.close()
+        let records = AuditLog.read(stateFD: store.stateFD)
+        #expect(records.count == 1)
+        #expect(records.first?.paths == ["Demo.app/f\\xff"])
+        #expect(records.first?.errno == "EPERM")
+        #expect(records.first?.rule == "bundleIsReadOnly")
+        #expect(records.first?.uid == 1000)
+        #expect(records.first?.time.hasSuffix("Z") == true)
+    }
+
+    @Test func theLogIsBoundedByRotation() throws {
+        let scratch = try Scratch()
+        let store = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
+        let log = AuditLog(stateFD: store.stateFD, maximumBytes: 4096)
+        for _ in 0..<200 {
+            log.record(pid: 1, uid: 0, operation: "open", paths: [ContainerPath(components: [Array("Demo.app".utf8)])],
+                       areas: [.bundle], denial: .bundleIsReadOnly)
+            usleep(200)
+        }
+        log.close()
+        var current = stat(), previous = stat()
+        #expect(stat(scratch.path + "/store/.containerfs/audit.log", &current) == 0)
+        #expect(stat(scratch.path + "/store/.containerfs/audit.log.1", &previous) == 0)
+        #expect(current.st_size <= 4096 + 512 && previous.st_size <= 4096 + 512)
+    }
+}
+
+@Suite("Mount table")
+struct MountTableTests {
+    @Test func parsesMountinfoWithEscapes() {
+        let line = #"36 25 0:32 / /tmp/my\040mount rw,nosuid,nodev,relatime shared:1 - fuse.containerfs /home/a\040b/store rw,user_id=0"#
+        let entry = MountEntry.parse(line)
+        #expect(entry == MountEntry(mountpoint: "/tmp/my mount", type: "fuse.containerfs", source: "/home/a b/store"))
+        #expect(entry?.isContainer == true)
+    }
+}
