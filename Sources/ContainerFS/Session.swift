@@ -74,6 +74,7 @@ public final class Session {
     private let session: OpaquePointer
     private let mountpoint: String
     private let options: MountOptions
+    private var control: ControlServer?
 
     /// Mounts `store` at `mountpoint`. When this returns the mount is visible.
     public init(store: Store, mountpoint: String, options: MountOptions, audit: AuditLog) throws(UserError) {
@@ -110,6 +111,13 @@ public final class Session {
         guard fuse_session_mount(session, mountpoint) == 0 else {
             fuse_session_destroy(session)
             throw UserError("cannot mount on \(mountpoint): is /dev/fuse there and fusermount3 installed? (apt-get install fuse3)")
+        }
+        do {
+            control = try ControlServer(store: store, fileSystem: fileSystem, session: session)
+        } catch {
+            fuse_session_unmount(session)
+            fuse_session_destroy(session)
+            throw UserError("cannot open the control socket in \(store.statePath): \(error)")
         }
     }
 

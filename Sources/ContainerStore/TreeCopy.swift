@@ -52,6 +52,13 @@ enum TreeCopy {
             try sys { openat(sourceDir, cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
         }
         defer { close(input) }
+        try copyFile(from: input, toNew: name, in: targetDir)
+    }
+
+    /// Copies the file open at `input` to a new file `name` in `targetDir`, with its mode and times.
+    static func copyFile(from input: Int32, toNew name: [UInt8], in targetDir: Int32) throws(Errno) {
+        var info = stat()
+        try sys { fstat(input, &info) }
         let output = try withCName(name) { (cname) throws(Errno) in
             try sys { openat(targetDir, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         }

@@ -1,0 +1,80 @@
+import CFuse
+import ContainerPolicy
+import ContainerStore
+import Foundation
+import Glibc
+
+/// Serves the state folder's control socket (see `ControlChannel`): for each path a
+/// containerfs command changed in the store, tells the kernel to drop its cached entry
+/// and the node's cached attributes and pages.
+final class ControlServer: @unchecked Sendable {
+    private let listener: Int32
+    private let fileSystem: FileSystem
+    private let session: OpaquePointer
+
+    init(store: Store, fileSystem: FileSystem, session: OpaquePointer) throws(Errno) {
+        self.fileSystem = fileSystem
+        self.session = session
+        _ = withCName(ControlChannel.socketName) { unlinkat(store.stateFD, $0, 0) }
+        listener = try sys { socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        var address = ControlChannel.address(stateFD: store.stateFD)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, listen(listener, 8) == 0 else {
+            let error = Errno.current
+            close(listener)
+            throw error
+        }
+        let thread = Thread { [self] in serve() }
+        thread.name = "control"
+        thread.start()
+    }
+
+    private func serve() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return
+            }
+            handle(client)
+            close(client)
+        }
+    }
+
+    private func handle(_ client: Int32) {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 { break }
+            guard let path = ContainerPath(bytes: buffer[0..<count]) else { continue }
+            fileSystem.invalidate(path, session: session)
+        }
+        _ = "ok".withCString { send(client, $0, 2, Int32(MSG_NOSIGNAL)) }
+    }
+}
+
+extension FileSystem {
+    /// Makes the kernel forget `path`'s entry in its parent and the node's attributes and
+    /// pages, as far as the kernel knows them: a parent it never looked up has nothing cached.
+    func invalidate(_ path: ContainerPath, session: OpaquePointer) {
+        guard let name = path.components.last else { return }
+        var directory = inodes.root
+        for component in path.components.dropLast() {
+            var info = stat()
+            guard withCName(component, { fstatat(directory.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+                  let next = inodes.node(InodeKey(info)) else { return }
+            directory = next
+        }
+        var info = stat()
+        let node = withCName(name, { fstatat(directory.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 ? inodes.node(InodeKey(info)) : nil
+        _ = name.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) {
+                fuse_lowlevel_notify_inval_entry(session, inodes.ino(directory), $0.baseAddress, name.count)
+            }
+        }
+        if let node { _ = fuse_lowlevel_notify_inval_inode(session, inodes.ino(node), 0, 0) }
+    }
+}

@@ -1,0 +1,53 @@
+import ContainerPolicy
+import Glibc
+
+/// The socket in the state folder through which containerfs commands ask a running daemon
+/// to make the kernel forget what it cached about paths they changed in the store
+/// (delivery into the Inbox, purge of a mounted container's caches).
+///
+/// Protocol (`SOCK_SEQPACKET`): one message per path, relative to the container's root,
+/// as bytes; an empty message ends the batch; the daemon answers `ok` once the kernel
+/// has been told. Only the daemon's user (and root) can connect: the state folder is 0700.
+public enum ControlChannel {
+    public static let socketName = Array(name: "control.sock")
+
+    /// The socket's address, reached through the state folder's descriptor: a store's own
+    /// path may be longer than the 108 bytes a socket address holds.
+    public static func address(stateFD: Int32) -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let path = Array("/proc/self/fd/\(stateFD)/".utf8) + socketName + [0]
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path.prefix(raw.count))
+        }
+        return address
+    }
+
+    /// Tells the daemon serving `store`, if any, that `paths` changed behind the mount.
+    /// Returns false when no daemon is running (then nothing is cached to forget).
+    @discardableResult
+    public static func invalidate(_ store: Store, _ paths: [ContainerPath]) throws(UserError) -> Bool {
+        guard MountLock.holder(store) != nil else { return false }
+        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
+        defer { close(fd) }
+        var address = address(stateFD: store.stateFD)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else {
+            throw UserError("the container \(store.path) is mounted but its daemon does not answer (\(Errno.current)): unmount and mount it again to see the change")
+        }
+        for path in paths + [ContainerPath.root] {
+            let bytes = path.bytes
+            let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
+        }
+        var reply = [UInt8](repeating: 0, count: 16)
+        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        guard count == 2, reply.prefix(2).elementsEqual("ok".utf8) else {
+            throw UserError("the daemon of \(store.path) did not confirm the change")
+        }
+        return true
+    }
+}

@@ -1,0 +1,75 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+/// Hands files over to a container's `Documents/Inbox`, as another app or Mail does (SPEC §6).
+public enum Delivery {
+    static let stagingName = Array(name: "incoming")
+
+    /// Copies the file or folder at `source` into the Inbox as `name` (or the next free
+    /// `name-1.ext`, `name-2.ext`…), never overwriting, and returns the name used.
+    ///
+    /// The copy is made in the state folder (same filesystem, invisible to the app) and
+    /// renamed into the Inbox in one step, so the app never sees a partial file.
+    public static func deliver(_ source: String, as name: [UInt8], into store: Store) throws(UserError) -> [UInt8] {
+        var info = stat()
+        guard lstat(source, &info) == 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
+        let type = info.st_mode & S_IFMT
+        guard type == S_IFREG || type == S_IFDIR else {
+            throw UserError("\(source) is not a file or folder: only files and folders can be delivered")
+        }
+        guard !name.isEmpty, !name.contains(UInt8(ascii: "/")), name != [0x2E], name != [0x2E, 0x2E] else {
+            throw UserError.usage("bad name to deliver as: it must be a single file name")
+        }
+        do {
+            let staging = try stagingFolder(store)
+            defer { close(staging) }
+            let temporary = Array("\(getpid())-\(monotonicSeconds())".utf8)
+            try copy(source, type: type, to: temporary, in: staging)
+            let inbox = try openDirectory(at: store.rootFD, StandardDirectory.inbox.path.bytes)
+            defer { close(inbox) }
+            for candidate in candidates(for: name) {
+                let result = withCName(temporary) { from in
+                    withCName(candidate) { to in clinux_renameat2(staging, from, inbox, to, clinux_RENAME_NOREPLACE) }
+                }
+                if result == 0 { return candidate }
+                guard errno == EEXIST else {
+                    let error = Errno.current
+                    removeTree(at: staging, temporary)
+                    throw error
+                }
+            }
+            removeTree(at: staging, temporary)
+            throw Errno(EEXIST)
+        } catch let error as UserError {
+            throw error
+        } catch {
+            throw UserError("cannot deliver \(source) into \(store.path): \(error)")
+        }
+    }
+
+    /// `name`, then `base-1.ext`, `base-2.ext`, … (the extension is what follows the last dot).
+    static func candidates(for name: [UInt8]) -> some Sequence<[UInt8]> {
+        let dot = name.lastIndex(of: UInt8(ascii: ".")).flatMap { $0 > 0 ? $0 : nil }
+        let base = dot.map { Array(name[..<$0]) } ?? name
+        let ext = dot.map { Array(name[$0...]) } ?? []
+        return [name].lazy + (1..<100_000).lazy.map { base + Array("-\($0)".utf8) + ext }
+    }
+
+    private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
+        let made = withCName(stagingName) { mkdirat(store.stateFD, $0, 0o700) }
+        if made != 0, errno != EEXIST { throw Errno.current }
+        return try openDirectory(at: store.stateFD, stagingName)
+    }
+
+    private static func copy(_ source: String, type: mode_t, to name: [UInt8], in directory: Int32) throws {
+        let sourceFD = Glibc.open(source, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (type == S_IFDIR ? O_DIRECTORY : 0))
+        guard sourceFD >= 0 else { throw Errno.current }
+        defer { close(sourceFD) }
+        if type == S_IFDIR {
+            try TreeCopy.copyDirectory(from: sourceFD, toNew: name, in: directory, source: source)
+        } else {
+            try TreeCopy.copyFile(from: sourceFD, toNew: name, in: directory)
+        }
+    }
+}

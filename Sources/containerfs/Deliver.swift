@@ -1,0 +1,43 @@
+import ArgumentParser
+import ContainerPolicy
+import ContainerStore
+
+struct Deliver: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Hand files over to a container's Documents/Inbox, as another app or Mail does.",
+        discussion: """
+            Each file or folder is copied whole and appears in the Inbox in one step (the app never
+            sees a partial file), never overwriting: a taken name gets a numbered suffix
+            (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted
+            container shows the files at once.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    @Argument(help: "Files or folders to deliver.")
+    var files: [String]
+
+    @Option(name: .customLong("as"), help: "The name to deliver a single file under.")
+    var name: String?
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("name at least one file to deliver") }
+        if name != nil, files.count > 1 { throw ValidationError("--as names one file: deliver the others separately") }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try Store.open(store)
+            var delivered: [ContainerPath] = []
+            for file in files {
+                let wanted = name.map { Array($0.utf8) } ?? Array(file.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
+                let used = try Delivery.deliver(file, as: wanted, into: opened)
+                let path = StandardDirectory.inbox.path.appending(used)
+                delivered.append(path)
+                FileHandleOutput.standardOutput.write("delivered \(file) as \(path)\n")
+            }
+            try ControlChannel.invalidate(opened, delivered)
+        }
+    }
+}
