@@ -8,7 +8,8 @@ let package = Package(
         .executable(name: "containerfs", targets: ["containerfs"])
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         // libfuse3, and the few shims Swift cannot express (macros, bit-fields).
@@ -22,7 +23,10 @@ let package = Package(
         // The rules. Pure: no FUSE, no I/O.
         .target(name: "ContainerPolicy"),
         // The store on disk: layout, state folder, audit log, mount lock.
-        .target(name: "ContainerStore", dependencies: ["ContainerPolicy", "CLinux"]),
+        .target(
+            name: "ContainerStore",
+            dependencies: ["ContainerPolicy", "CLinux", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         // The FUSE adapter: callbacks → handlers → policy → store.
         .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "CFuse", "CLinux"]),
         .executableTarget(
