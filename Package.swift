@@ -20,12 +20,14 @@ let package = Package(
         ),
         // Linux calls that Glibc's Swift module does not export (openat2, renameat2, O_PATH).
         .target(name: "CLinux", cSettings: [.define("_GNU_SOURCE")]),
+        // libarchive, for backup archives (pax tar).
+        .target(name: "CArchive", linkerSettings: [.linkedLibrary("archive")]),
         // The rules. Pure: no FUSE, no I/O.
         .target(name: "ContainerPolicy"),
         // The store on disk: layout, state folder, audit log, mount lock.
         .target(
             name: "ContainerStore",
-            dependencies: ["ContainerPolicy", "CLinux", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["ContainerPolicy", "CLinux", "CArchive", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // The FUSE adapter: callbacks → handlers → policy → store.
         .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "CFuse", "CLinux"]),
