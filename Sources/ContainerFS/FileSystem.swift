@@ -218,13 +218,14 @@ final class FileSystem: @unchecked Sendable {
         if Self.isMutation(flags) {
             try check(.changeContent(location), caller, "open", [(path(node), location)])
         }
-        return try reopen(node, flags)
+        return try Tagging.opened(reopen(node, flags), node, location)
     }
 
     func create(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "create", [(path(directory, childName), location)])
         let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) }
+        Tagging.created(fd, location)
         do {
             let entry = try created(caller, directory, name, childName, location)
             return (entry, fd, flags & clinux_O_DIRECT != 0)
@@ -421,22 +422,24 @@ final class FileSystem: @unchecked Sendable {
         return param
     }
 
-    /// After creating `name`: gives it to the caller when the daemon is root, then looks it up.
+    /// After creating `name`: looks it up and, when the daemon is root, gives it to the caller.
+    /// The change goes through the new node's own descriptor, never its name, which
+    /// another request could already have moved.
     private func created(_ caller: Caller, _ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
-        if daemonIsRoot, caller.uid != 0 || caller.gid != 0 {
-            var parentInfo = stat()
-            try sys { fstatat(directory.fd, "", &parentInfo, clinux_AT_EMPTY_PATH) }
-            // In a set-group-ID directory the new node keeps the directory's group.
-            let gid = parentInfo.st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
-            var info = stat()
-            try sys { fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) }
-            try sys { fchownat(directory.fd, name, caller.uid, gid, AT_SYMLINK_NOFOLLOW) }
-            // chown clears set-user/group-ID bits on files; put back what was asked for.
-            if info.st_mode & (S_ISUID | S_ISGID) != 0, info.st_mode & S_IFMT != S_IFLNK, info.st_mode & S_IFMT != S_IFDIR {
-                try sys { fchmodat(directory.fd, name, info.st_mode & 0o7777, 0) }
-            }
+        var param = try entry(directory, name, childName, location)
+        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return param }
+        let node = inodes.inode(param.ino)
+        var parentInfo = stat()
+        try sys { fstatat(directory.fd, "", &parentInfo, clinux_AT_EMPTY_PATH) }
+        // In a set-group-ID directory the new node keeps the directory's group.
+        let gid = parentInfo.st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
+        try sys { fchownat(node.fd, "", caller.uid, gid, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+        // chown clears set-user/group-ID bits on files; put back what was asked for.
+        if param.attr.st_mode & (S_ISUID | S_ISGID) != 0, node.type == S_IFREG {
+            try sys { clinux_fchmod_path_fd(node.fd, param.attr.st_mode & 0o7777) }
         }
-        return try entry(directory, name, childName, location)
+        param.attr = try attributes(node)
+        return param
     }
 }
 
