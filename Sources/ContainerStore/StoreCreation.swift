@@ -7,7 +7,8 @@ extension Store {
     ///
     /// The container is built in a hidden sibling and renamed into place only when
     /// complete, so a failure leaves nothing behind. `path` must not exist or be empty.
-    public static func create(at path: String, bundle bundlePath: String) throws(UserError) -> Store {
+    /// With `installerKey`, the copied bundle's manifest is recorded and signed (SPEC §5).
+    public static func create(at path: String, bundle bundlePath: String, installerKey: InstallerKey? = nil) throws(UserError) -> Store {
         let bundleName = try checkBundle(bundlePath)
         let (parentPath, leaf) = splitParent(path)
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -26,7 +27,7 @@ extension Store {
         do {
             let stagingFD = try openDirectory(at: parentFD, staging)
             defer { close(stagingFD) }
-            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName)
+            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, installerKey: installerKey)
             try withCName(staging) { (from) throws(Errno) in
                 try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
             }
@@ -74,7 +75,7 @@ extension Store {
     }
 
     /// Fills the staging folder: bundle copy, structure, state folder.
-    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8]) throws {
+    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], installerKey: InstallerKey?) throws {
         let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard sourceFD >= 0 else { throw UserError("cannot read bundle \(bundlePath): \(Errno.current)") }
         defer { close(sourceFD) }
@@ -92,6 +93,7 @@ extension Store {
         let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
         defer { close(stateFD) }
         try writeNewFile(at: stateFD, bundleNameFile, bundleName)
+        if let installerKey { try BundleSignature.sign(rootFD: rootFD, stateFD: stateFD, bundleName: bundleName, key: installerKey) }
         // The marker goes last: a store without it is never opened.
         try writeNewFile(at: stateFD, formatName, formatContents)
     }
