@@ -12,10 +12,16 @@ struct Create: ParsableCommand {
     @Option(help: "The app bundle to install: a folder named NAME.app.")
     var bundle: String
 
+    @Option(help: "The installer key that signs the bundle; made if missing (default: $XDG_CONFIG_HOME/containerfs/installer.key, see docs/signing.md).")
+    var key: String?
+
     func run() throws {
         try reportingErrors {
-            let created = try Store.create(at: store, bundle: bundle)
-            FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self))\n")
+            // The key first: a key that cannot be had leaves no container behind.
+            let installerKey = try InstallerKey.loadOrCreate(at: key)
+            if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
+            let created = try Store.create(at: store, bundle: bundle, installerKey: installerKey)
+            FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint)\n")
         }
     }
 }

@@ -28,6 +28,9 @@ struct Mount: ParsableCommand {
     @Option(name: .customShort("o"), help: "Mount options, comma-separated.")
     var options: [String] = []
 
+    @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
+    var key: String?
+
     @Option(help: .hidden)
     var readyFD: Int32?
 
@@ -35,6 +38,8 @@ struct Mount: ParsableCommand {
         try reportingErrors {
             let parsed = try MountOptions.parse(options)
             let opened = try Store.open(store)
+            // A tampered bundle does not launch (SPEC §5); the daemon's parent has checked.
+            if readyFD == nil { try BundleVerification.requireIntact(opened, keyPath: key) }
             try checkMountpoint()
             if let holder = MountLock.holder(opened) {
                 throw UserError("store \(store) is already mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount'")
