@@ -34,4 +34,6 @@ trap 'exit 130' INT TERM HUP
 
 status=0
 python3 "$here/bench.py" "$@" || status=$?
+# Bundle verification (issue 3): verify --full against sha256sum, and a warm verify.
+"$here/verify.sh" "$@" || status=$?
 exit "$status"
