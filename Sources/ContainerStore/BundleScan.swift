@@ -67,6 +67,7 @@ struct BundleScan: Sendable {
     /// whose identity is in `cache` is not read.
     static func scan(rootFD: Int32, bundleName: [UInt8], cache: [FileIdentity: [UInt8]] = [:]) -> BundleScan {
         var scan = BundleScan()
+        scan.cache.reserveCapacity(cache.count)
         var jobs: [HashJob] = []
         scan.walk(parentFD: rootFD, name: bundleName, path: bundleName, cache: cache, jobs: &jobs)
         scan.hash(jobs, rootFD: rootFD)
@@ -209,7 +210,9 @@ enum VerificationCache {
         var cache: [FileIdentity: [UInt8]] = [:]
         do {
             guard try reader.take(magic.count) == magic[...] else { return [:] }
-            for _ in 0..<(try reader.integer(UInt32.self)) {
+            let count = try reader.integer(UInt32.self)
+            cache.reserveCapacity(min(Int(count), bytes.count / 76))
+            for _ in 0..<count {
                 let identity = FileIdentity(
                     inode: try reader.integer(UInt64.self), size: try reader.integer(UInt64.self),
                     ctimeSeconds: try reader.integer(Int64.self), ctimeNanoseconds: try reader.integer(UInt32.self),
