@@ -68,6 +68,13 @@ public enum BundleSignature {
         return result
     }
 
+    /// The SHA-256 of the store's manifest as signed: names the installed bundle exactly
+    /// (a backup records it instead of the bundle). Nil when the store has no manifest.
+    public static func manifestDigest(of store: Store) -> [UInt8]? {
+        guard let manifest = try? readFile(at: store.stateFD, manifestName) else { return nil }
+        return Array(SHA256.hash(data: manifest))
+    }
+
     /// The manifest's bytes, once its signature holds for the installer key.
     private static func signedManifest(stateFD: Int32, key: InstallerKey) throws(BundleVerification.Problem) -> [UInt8] {
         func read(_ name: [UInt8]) throws(BundleVerification.Problem) -> [UInt8] {

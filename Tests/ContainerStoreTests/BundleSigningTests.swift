@@ -148,6 +148,7 @@ struct BundleSigningTests {
         #expect(byPath[Array("Demo.app/".utf8) + SignedContainer.oddName] != nil, "a name that is not UTF-8 is kept as bytes")
         #expect(try readFile(at: container.store.stateFD, BundleSignature.publicKeyName) == container.key.publicKey)
         #expect(try readFile(at: container.store.stateFD, BundleSignature.signatureName).count == 64)
+        #expect(BundleSignature.manifestDigest(of: container.store) == manifest.digest)
     }
 
     @Test func decodingRefusesAnythingButTheCanonicalEncoding() throws {
