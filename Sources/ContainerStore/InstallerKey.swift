@@ -8,10 +8,12 @@ import Glibc
 /// changed bundle. Where it lives, in order:
 ///
 /// 1. `--key PATH`, when given;
-/// 2. `$XDG_CONFIG_HOME/containerfs/installer.key`, when `XDG_CONFIG_HOME` is an absolute path;
+/// 2. `$XDG_CONFIG_HOME/containerfs/installer.key`, when `XDG_CONFIG_HOME` is an absolute
+///    path that does not exist yet or is a folder owned by this user;
 /// 3. `HOME/.config/containerfs/installer.key`, with HOME the first of `$HOME` and the
 ///    password database's home that is an existing folder owned by this user (so
-///    `setpriv` or `sudo` keeping root's `HOME` does not send another user there);
+///    `setpriv` or `sudo` keeping root's `HOME` or `XDG_CONFIG_HOME` does not send
+///    another user there);
 /// 4. otherwise `/var/tmp/containerfs-UID/installer.key`, in a folder of mode 0700 owned by
 ///    this user, checked on every use as tmux checks its socket folder — for system users
 ///    without a home. Making a key there says so.
@@ -169,10 +171,12 @@ public struct InstallerKey: Sendable {
 
     /// Where the key lives when `--key` is not given (see the type's comment).
     static func defaultLocation(_ environment: [String: String]) throws(UserError) -> Location {
-        if let config = environment["XDG_CONFIG_HOME"], config.hasPrefix("/") {
+        let uid = geteuid()
+        // Like HOME below, an XDG_CONFIG_HOME of another user's (inherited through setpriv
+        // or sudo) is passed over; one that does not exist yet is made.
+        if let config = environment["XDG_CONFIG_HOME"], config.hasPrefix("/"), !exists(config) || isOwnedFolder(config, uid: uid) {
             return Location(file: config + "/containerfs/" + fileName, reason: nil)
         }
-        let uid = geteuid()
         var homes: [String] = []
         if let home = environment["HOME"], home.hasPrefix("/") { homes.append(home) }
         if let entry = getpwuid(uid), let directory = entry.pointee.pw_dir {
@@ -187,6 +191,13 @@ public struct InstallerKey: Sendable {
             throw UserError("\(folder) is not a private folder of yours, so the installer key cannot be kept there: set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH")
         }
         return Location(file: folder + "/" + fileName, reason: "this user has no home folder; set XDG_CONFIG_HOME or pass --key to keep it elsewhere")
+    }
+
+    /// False only when nothing is there: a path that cannot be looked at (another user's
+    /// home) counts as there, and not ours.
+    private static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 || errno != ENOENT
     }
 
     private static func isOwnedFolder(_ path: String, uid: uid_t) -> Bool {

@@ -226,11 +226,13 @@ struct SigningTests {
         #expect(elsewhere.stderr.hasPrefix("containerfs: no installer key at \(config)/other/containerfs/installer.key: "))
     }
 
-    /// cfs-alice is a system user without a home, and setpriv leaves root's HOME: the key
-    /// goes to her private folder in /var/tmp, and create, verify and mount work.
+    /// cfs-alice is a system user without a home, and setpriv leaves root's HOME (and
+    /// XDG_CONFIG_HOME, if set): the key goes to her private folder in /var/tmp, and
+    /// create, verify and mount work.
     @Test func anOrdinaryUserWithoutAHomeSignsAndMounts() throws {
-        for home in ["/nonexistent", "/root"] {
-            let environment = ["PATH": "/usr/bin:/bin", "HOME": home]
+        let inherited: [[String: String]] = [[:], ["HOME": "/nonexistent"], ["HOME": "/root"], ["HOME": "/root", "XDG_CONFIG_HOME": "/root/.config"]]
+        for variables in inherited {
+            let environment = variables.merging(["PATH": "/usr/bin:/bin"]) { a, _ in a }
             let container = try SignedStore(user: "cfs-alice", environment: environment, explicitKey: false)
             let uid = try runProgram(["id", "-u", "cfs-alice"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let key = "/var/tmp/containerfs-\(uid)/installer.key"
