@@ -153,6 +153,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.release = { request, _, info in
+        Tagging.released(handle(info))
         close(handle(info))
         fuse_reply_err(request, 0)
     }

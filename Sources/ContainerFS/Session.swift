@@ -133,5 +133,6 @@ public final class Session {
         fuse_remove_signal_handlers(session)
         fuse_session_unmount(session)
         fuse_session_destroy(session)
+        Tagging.unmounted(fileSystem.store)
     }
 }

@@ -1,0 +1,288 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+/// Deleting tagged files (SPEC §3): least recently used first, across stores.
+///
+/// Safety: only regular files below `Library/Caches` or `tmp` are deleted, reached by
+/// opening each folder of their path with `O_NOFOLLOW` from the store's root descriptor
+/// (a symlink anywhere on the way ends the walk), checked with `fstatat` to be the regular
+/// file the tag names (same inode) and removed with `unlinkat`. Folders, symlinks, other
+/// files and the `CACHEDIR.TAG` markers are never deleted. A program writing to a file as
+/// it is purged keeps writing to the unlinked inode: no other file is touched.
+public enum Purge {
+    /// What to purge.
+    public struct Options: Sendable {
+        /// Which tags: cache, temporary, or both.
+        public var kinds: [TagKind]
+        /// Stop once this many bytes are freed; nil: everything that qualifies.
+        public var free: Int64?
+        /// Only files last used at least this many seconds ago.
+        public var olderThan: Double?
+        /// Purge mounted containers too (their mounts are told at once).
+        public var includeRunning = false
+        /// Say what would be deleted, delete nothing.
+        public var dryRun = false
+
+        public init(kinds: [TagKind], free: Int64? = nil, olderThan: Double? = nil, includeRunning: Bool = false, dryRun: Bool = false) {
+            self.kinds = kinds
+            self.free = free
+            self.olderThan = olderThan
+            self.includeRunning = includeRunning
+            self.dryRun = dryRun
+        }
+    }
+
+    /// A file deleted (or that would be, on a dry run).
+    public struct Deleted: Sendable {
+        /// Index of its store in the list given to `purge`.
+        public var store: Int
+        public var tag: Tag
+    }
+
+    /// A store left alone because it is mounted.
+    public struct Skipped: Sendable {
+        public var store: Int
+        public var mountpoint: String
+        public var pid: Int32
+    }
+
+    /// A file that could not be deleted.
+    public struct Failure: Sendable {
+        public var store: Int
+        public var path: [UInt8]
+        public var error: Errno
+    }
+
+    /// What a purge did.
+    public struct Report: Sendable {
+        /// Oldest first.
+        public var deleted: [Deleted] = []
+        public var freedBytes: Int64 = 0
+        public var skipped: [Skipped] = []
+        public var failures: [Failure] = []
+        /// Stores whose tags were read by walking them (no index to trust), by index.
+        public var walked: [Int] = []
+        /// Mounted stores whose daemon could not be told of the deletions.
+        public var notInvalidated: [(store: Int, message: String)] = []
+    }
+
+    /// Purges `stores` (which must be on one device) as `options` say.
+    public static func purge(_ stores: [Store], _ options: Options) throws(UserError) -> Report {
+        try checkOneDevice(stores)
+        var report = Report()
+        let cutoff: Int64? = options.olderThan.map { realtimeNanoseconds() - Int64($0 * 1e9) }
+
+        // Every candidate, from each store's index or by walking it.
+        struct Source {
+            var store: Int
+            var tags: [Tag]
+            var identity: TagIndex.MountIdentity
+            var indexed: Bool
+            var mounted: Bool
+        }
+        var sources: [Source] = []
+        for (number, store) in stores.enumerated() {
+            let holder = MountLock.holder(store)
+            if let holder, !options.includeRunning {
+                report.skipped.append(Skipped(store: number, mountpoint: holder.mountpoint, pid: holder.pid))
+                continue
+            }
+            let identity = TagIndex.mountIdentity(store)
+            if holder == nil, let tags = TagIndex.load(store) {
+                sources.append(Source(store: number, tags: tags, identity: identity, indexed: true, mounted: false))
+            } else {
+                report.walked.append(number)
+                sources.append(Source(store: number, tags: Tags.scan(store), identity: identity, indexed: false, mounted: holder != nil))
+            }
+        }
+
+        // Least recently used first; ties in the order the stores were named, then by path.
+        var candidates: [(source: Int, tag: Int)] = []
+        for (s, source) in sources.enumerated() {
+            for (t, tag) in source.tags.enumerated() where options.kinds.contains(tag.kind) {
+                if let cutoff, tag.lastUse > cutoff { continue }
+                candidates.append((s, t))
+            }
+        }
+        candidates.sort { a, b in
+            let x = sources[a.source].tags[a.tag], y = sources[b.source].tags[b.tag]
+            if x.lastUse != y.lastUse { return x.lastUse < y.lastUse }
+            if a.source != b.source { return a.source < b.source }
+            return x.path.lexicographicallyPrecedes(y.path)
+        }
+
+        var removed = sources.map { [Bool](repeating: false, count: $0.tags.count) }
+        var gone = sources.map { [Bool](repeating: false, count: $0.tags.count) }
+        var walkers = sources.map { ParentWalker(rootFD: stores[$0.store].rootFD) }
+        defer { walkers.indices.forEach { walkers[$0].close() } }
+        for candidate in candidates {
+            if let free = options.free, report.freedBytes >= free { break }
+            let source = sources[candidate.source]
+            let tag = source.tags[candidate.tag]
+            if !options.dryRun {
+                switch walkers[candidate.source].unlink(tag) {
+                case .success:
+                    removed[candidate.source][candidate.tag] = true
+                case .failure(let error):
+                    // Gone already, or no longer the file the tag names: not ours to delete.
+                    gone[candidate.source][candidate.tag] = true
+                    if error.code != ENOENT, error.code != ESTALE {
+                        report.failures.append(Failure(store: source.store, path: tag.path, error: error))
+                    }
+                    continue
+                }
+            }
+            report.deleted.append(Deleted(store: source.store, tag: tag))
+            report.freedBytes += tag.size
+        }
+        if options.dryRun { return report }
+
+        for (s, source) in sources.enumerated() {
+            let store = stores[source.store]
+            let deleted = source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].containerPath }
+            // A store mounted now (also one whose mount started while we were deleting)
+            // must drop what its kernel cached about the deleted files.
+            if !deleted.isEmpty, MountLock.holder(store) != nil {
+                do {
+                    try ControlChannel.invalidate(store, deleted)
+                } catch {
+                    report.notInvalidated.append((source.store, error.message))
+                }
+            }
+            // The rest is the store's new index, still tied to the mount it was made for:
+            // if a mount started meanwhile, its identity no longer matches.
+            if !source.mounted, !deleted.isEmpty || !source.indexed {
+                let kept = source.tags.indices.filter { !removed[s][$0] && !gone[s][$0] }.map { source.tags[$0] }
+                TagIndex.write(store, kept, identity: source.identity)
+            }
+        }
+        return report
+    }
+
+    /// Deletes everything in the store's `tmp/` except its `CACHEDIR.TAG`: files, folders,
+    /// symlinks (never followed). Called when the app stops running: by the daemon when a
+    /// mount ends, and by `containerfs run` when the program has exited. Returns how many
+    /// entries of `tmp/` itself were removed. On a mounted store, tell the daemon
+    /// (`ControlChannel.invalidate`) or call it after unmounting.
+    @discardableResult
+    public static func emptyTemporary(_ store: Store) -> Int {
+        guard let fd = try? openDirectory(at: store.rootFD, StandardDirectory.tmp.path.bytes),
+              let entries = try? Directory.entries(of: fd) else { return 0 }
+        defer { Glibc.close(fd) }
+        var count = 0
+        for entry in entries where entry.name != ContainerLayout.cacheTagName {
+            removeTree(at: fd, entry.name)
+            count += 1
+        }
+        // A trusted index must not list what is gone.
+        if MountLock.holder(store) == nil, let tags = TagIndex.load(store), tags.contains(where: { $0.kind == .temporary }) {
+            TagIndex.write(store, tags.filter { $0.kind != .temporary }, identity: TagIndex.mountIdentity(store))
+        }
+        return count
+    }
+
+    /// Refuses stores on different file systems: "free SIZE" means space on one device.
+    static func checkOneDevice(_ stores: [Store]) throws(UserError) {
+        var first: (path: String, device: UInt64)?
+        for store in stores {
+            var info = stat()
+            guard fstat(store.rootFD, &info) == 0 else { throw UserError("cannot read store \(store.path): \(Errno.current)") }
+            if let first, first.device != UInt64(info.st_dev) {
+                throw UserError.usage("stores \(first.path) and \(store.path) are on different devices: purge each device's stores separately")
+            }
+            if first == nil { first = (store.path, UInt64(info.st_dev)) }
+        }
+    }
+
+    /// Now on the real-time clock, in nanoseconds since the epoch.
+    public static func realtimeNanoseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+}
+
+/// Reaches the parent folders of tagged files from a store's root, one `O_NOFOLLOW` open
+/// per folder, keeping the descriptors of the folders last used (purge deletes whole
+/// folders' worth of files in a row, oldest first).
+struct ParentWalker {
+    private let rootFD: Int32
+    private var open: [[UInt8]: Int32] = [:]
+
+    init(rootFD: Int32) {
+        self.rootFD = rootFD
+    }
+
+    /// Unlinks the tagged file if it is still the regular file the tag names.
+    mutating func unlink(_ tag: Tag) -> Result<Void, Errno> {
+        guard let slash = tag.path.lastIndex(of: UInt8(ascii: "/")) else { return .failure(Errno(EINVAL)) }
+        let name = Array(tag.path[(slash + 1)...])
+        let parent: Int32
+        switch directory(Array(tag.path[..<slash])) {
+        case .success(let fd): parent = fd
+        case .failure(let error): return .failure(error)
+        }
+        return withCName(name) { cname -> Result<Void, Errno> in
+            var info = stat()
+            guard fstatat(parent, cname, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Errno.current) }
+            guard info.st_mode & S_IFMT == S_IFREG, UInt64(info.st_ino) == tag.inode else { return .failure(Errno(ESTALE)) }
+            return unlinkat(parent, cname, 0) == 0 ? .success(()) : .failure(Errno.current)
+        }
+    }
+
+    /// The folder at `path` (relative to the root), opened component by component.
+    private mutating func directory(_ path: [UInt8]) -> Result<Int32, Errno> {
+        if let fd = open[path] { return .success(fd) }
+        if open.count >= 64 { close() }
+        var fd = rootFD
+        var owned = false
+        for component in path.split(separator: UInt8(ascii: "/")) {
+            let (next, error) = withCName(Array(component)) { name -> (Int32, Errno) in
+                let opened = openat(fd, name, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                return (opened, Errno.current)
+            }
+            if owned { Glibc.close(fd) }
+            guard next >= 0 else { return .failure(error) }
+            fd = next
+            owned = true
+        }
+        guard owned else { return .failure(Errno(EINVAL)) }
+        open[path] = fd
+        return .success(fd)
+    }
+
+    mutating func close() {
+        for fd in open.values { Glibc.close(fd) }
+        open.removeAll()
+    }
+}
+
+/// Sizes and durations as the command line writes them.
+public enum Quantity {
+    /// `123`, `10K`, `5M`, `2G`, `1T` (powers of 1024; a trailing `B` or `iB` is allowed).
+    public static func bytes(_ text: String) -> Int64? {
+        var digits = Substring(text.uppercased())
+        if digits.hasSuffix("IB") { digits = digits.dropLast(2) } else if digits.hasSuffix("B") { digits = digits.dropLast() }
+        var multiplier: Int64 = 1
+        if let unit = digits.last, let shift = ["K": 10, "M": 20, "G": 30, "T": 40][unit] {
+            multiplier = 1 << shift
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), let value = Int64(digits), value >= 0 else { return nil }
+        let (product, overflow) = value.multipliedReportingOverflow(by: multiplier)
+        return overflow ? nil : product
+    }
+
+    /// `45` or `45s`, `10m`, `2h`, `3d`, `1w`, in seconds.
+    public static func seconds(_ text: String) -> Double? {
+        var digits = Substring(text.lowercased())
+        var multiplier = 1.0
+        if let unit = digits.last, let factor = ["s": 1.0, "m": 60, "h": 3600, "d": 86400, "w": 604_800][unit] {
+            multiplier = factor
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }), let value = Double(digits) else { return nil }
+        return value * multiplier
+    }
+}

@@ -1,0 +1,54 @@
+import ContainerPolicy
+import Glibc
+
+/// The space a container uses per area, as a phone's storage view shows it (SPEC §8 `usage`).
+public struct StorageUsage: Sendable {
+    /// One line of the view.
+    public struct Area: Sendable {
+        /// `bundle`, `Documents`, `Inbox`, `Library`, `Caches`, `tmp`.
+        public var name: String
+        /// The folder counted, relative to the container's root.
+        public var path: String
+        /// Bytes of the regular files in it (their sizes).
+        public var bytes: Int64 = 0
+        /// How many regular files.
+        public var files: Int = 0
+        /// In the backup set (SPEC §4).
+        public var backedUp: Bool
+        /// Deleted by purge or when the app stops.
+        public var purgeable: Bool
+    }
+
+    public var areas: [Area]
+
+    public var totalBytes: Int64 { areas.reduce(0) { $0 + $1.bytes } }
+    public var totalFiles: Int { areas.reduce(0) { $0 + $1.files } }
+
+    /// Walks the store (following no symlink). `Documents` excludes the Inbox and
+    /// `Library` excludes `Caches`, which have their own lines; the markers and the state
+    /// folder are not counted.
+    public static func measure(_ store: Store) -> StorageUsage {
+        let bundle = String(decoding: store.layout.bundleName, as: UTF8.self)
+        let lines: [(String, String, ContainerPath, [UInt8]?, Bool, Bool)] = [
+            ("bundle", bundle, ContainerPath(components: [store.layout.bundleName]), nil, false, false),
+            ("Documents", "Documents", StandardDirectory.documents.path, Array(name: "Inbox"), true, false),
+            ("Inbox", "Documents/Inbox", StandardDirectory.inbox.path, nil, true, false),
+            ("Library", "Library", StandardDirectory.library.path, Array(name: "Caches"), true, false),
+            ("Caches", "Library/Caches", StandardDirectory.caches.path, ContainerLayout.cacheTagName, false, true),
+            ("tmp", "tmp", StandardDirectory.tmp.path, ContainerLayout.cacheTagName, false, true),
+        ]
+        var areas: [Area] = []
+        for (name, path, folder, skipped, backedUp, purgeable) in lines {
+            var area = Area(name: name, path: path, backedUp: backedUp, purgeable: purgeable)
+            let fd = withCName(folder.bytes) { openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            if fd >= 0 {
+                StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { _, info in
+                    area.bytes += Int64(info.st_size)
+                    area.files += 1
+                }
+            }
+            areas.append(area)
+        }
+        return StorageUsage(areas: areas)
+    }
+}

@@ -1,0 +1,249 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+// Tags (SPEC §3). A tag is not a record kept beside the file: it *is* the store file.
+//
+// - tagged: a regular file below `Library/Caches` (cache) or `tmp` (temporary) of the
+//   store. A rename into or out of those folders tags or untags the file, a folder's whole
+//   subtree with it, because the tag is where the file is, not something to update;
+// - size: the file's size;
+// - last use: the later of the store file's access and modification times, in
+//   nanoseconds. The daemon stamps the access time with the real-time clock when a
+//   program opens or creates a tagged file (and when it closes one it kept open over a
+//   second, for the reads in between); writes move the modification time. Uses a few
+//   milliseconds apart are ordered.
+//
+// Nothing can be lost or invented by a crash: after `kill -9` the store holds the tags.
+// What a crash can leave stale is only the *index* below, a snapshot purge reads instead
+// of walking the stores; it says which mount it belongs to and is not trusted otherwise.
+
+/// What a tagged file is: a cache file or a temporary one.
+public enum TagKind: UInt8, Sendable, CaseIterable {
+    /// Below `Library/Caches`: purged when space is needed.
+    case cache = 1
+    /// Below `tmp`: purged when the app is not running.
+    case temporary = 2
+
+    /// The standard directory holding files of this kind.
+    public var directory: StandardDirectory { self == .cache ? .caches : .tmp }
+
+    /// `cache` or `temporary`, as printed.
+    public var name: String { self == .cache ? "cache" : "temporary" }
+}
+
+/// A tagged file: where it is, how big, when last used.
+public struct Tag: Sendable, Equatable {
+    public var kind: TagKind
+    /// The path relative to the store's root, as bytes (`Library/Caches/a/b.dat`).
+    public var path: [UInt8]
+    /// The file's size in bytes.
+    public var size: Int64
+    /// Nanoseconds since the epoch: the later of the store file's atime and mtime.
+    public var lastUse: Int64
+    /// The store file's inode number, to check a victim is still the file the index saw.
+    public var inode: UInt64
+
+    public init(kind: TagKind, path: [UInt8], size: Int64, lastUse: Int64, inode: UInt64) {
+        self.kind = kind
+        self.path = path
+        self.size = size
+        self.lastUse = lastUse
+        self.inode = inode
+    }
+
+    /// The tag of the regular file described by `info`.
+    init(kind: TagKind, path: [UInt8], _ info: stat) {
+        let access = Int64(info.st_atim.tv_sec) * 1_000_000_000 + Int64(info.st_atim.tv_nsec)
+        let modification = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        self.init(kind: kind, path: path, size: Int64(info.st_size), lastUse: max(access, modification), inode: UInt64(info.st_ino))
+    }
+
+    /// The path as a `ContainerPath`.
+    public var containerPath: ContainerPath { ContainerPath(bytes: path) ?? .root }
+}
+
+public enum Tags {
+    /// Every tagged file of `kinds` in the store, by walking `Library/Caches` and `tmp`
+    /// (never following a symlink, never leaving those folders).
+    public static func scan(_ store: Store, kinds: [TagKind] = TagKind.allCases) -> [Tag] {
+        var tags: [Tag] = []
+        for kind in kinds {
+            let top = kind.directory.path.bytes
+            guard let fd = try? withCName(top, { (name) throws(Errno) in
+                try sys { openat(store.rootFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            }) else { continue }
+            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName) { path, info in
+                tags.append(Tag(kind: kind, path: path, info))
+            }
+        }
+        return tags
+    }
+
+    /// Whether `path` (from an index, so not trusted) names a file a tag of `kind` may
+    /// name: strictly below the kind's folder, no empty, `.` or `..` component, not the
+    /// folder's `CACHEDIR.TAG`.
+    static func isTaggable(_ path: [UInt8], kind: TagKind) -> Bool {
+        let top = kind.directory.path.components
+        let parts = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        guard parts.count > top.count, zip(parts, top).allSatisfy({ $0.elementsEqual($1) }) else { return false }
+        for part in parts.dropFirst(top.count) {
+            if part.isEmpty || part.elementsEqual([0x2E]) || part.elementsEqual([0x2E, 0x2E]) { return false }
+        }
+        return !(parts.count == top.count + 1 && parts.last!.elementsEqual(ContainerLayout.cacheTagName))
+    }
+}
+
+/// Walks a store folder through descriptors, never following a symlink.
+enum StoreWalk {
+    /// Calls `body` with the path (`relative` + `/` + names) and `stat` of every regular
+    /// file below the directory open at `fd` (which it closes). `skippingAtTop` is a
+    /// name ignored directly in that directory.
+    static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
+                             _ body: ([UInt8], stat) -> Void) {
+        guard let stream = fdopendir(fd) else {
+            close(fd)
+            return
+        }
+        defer { closedir(stream) }
+        let directoryFD = dirfd(stream)
+        while let entry = readdir(stream) {
+            let type = entry.pointee.d_type
+            if type != DT_REG, type != DT_DIR, type != DT_UNKNOWN { continue }
+            let name = Directory.entryName(entry)
+            if name == [0x2E] || name == [0x2E, 0x2E] || name == skipped { continue }
+            var info = stat()
+            guard withCName(name, { fstatat(directoryFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
+            let path = relative + [UInt8(ascii: "/")] + name
+            switch info.st_mode & S_IFMT {
+            case S_IFREG:
+                body(path, info)
+            case S_IFDIR:
+                let child = withCName(name) { openat(directoryFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                if child >= 0 { regularFiles(in: child, relative: path, body) }
+            default:
+                continue
+            }
+        }
+    }
+}
+
+/// The tag index: a snapshot of a store's tags in its state folder (`.containerfs/tags`),
+/// so that purge chooses victims without walking the stores.
+///
+/// The daemon writes it when a mount ends (after emptying `tmp`), and purge rewrites it
+/// after deleting. It records the identity of `mount.lock` (inode and ctime), which every
+/// mount rewrites: an index written before the store's latest mount (a daemon killed
+/// before it could write one, a purge racing a mount) no longer matches and is not
+/// trusted; nor is any index while the store is mounted. Then purge walks the store and
+/// writes a fresh one: that walk is the reconciliation.
+///
+/// Format (native byte order): `CFSTAGS1`, the lock identity (3 × 8 bytes), the count
+/// (8 bytes), then per tag: last use, size, inode (8 bytes each), kind (1 byte), path
+/// length (4 bytes) and path bytes.
+public enum TagIndex {
+    static let fileName = Array(name: "tags")
+    static let magic = Array("CFSTAGS1".utf8)
+
+    /// The identity of the store's latest mount: `mount.lock`'s inode and ctime (zeros if
+    /// the store was never mounted).
+    struct MountIdentity: Equatable {
+        var inode: UInt64
+        var seconds: Int64
+        var nanoseconds: Int64
+    }
+
+    static func mountIdentity(_ store: Store) -> MountIdentity {
+        var info = stat()
+        guard withCName(MountLock.fileName, { fstatat(store.stateFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+            return MountIdentity(inode: 0, seconds: 0, nanoseconds: 0)
+        }
+        return MountIdentity(inode: UInt64(info.st_ino), seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int64(info.st_ctim.tv_nsec))
+    }
+
+    /// The store's tags from its index, or nil when there is no index it can trust.
+    static func load(_ store: Store) -> [Tag]? {
+        guard MountLock.holder(store) == nil, let bytes = try? readFile(at: store.stateFD, fileName) else { return nil }
+        return bytes.withUnsafeBytes { raw -> [Tag]? in
+            guard let (identity, tags) = decode(raw), identity == mountIdentity(store) else { return nil }
+            return tags
+        }
+    }
+
+    /// Walks the store and writes a fresh index; returns the tags. The daemon calls it at
+    /// the end of a mount, while it still holds the mount lock.
+    @discardableResult
+    public static func rebuild(_ store: Store) -> [Tag] {
+        let identity = mountIdentity(store)
+        let tags = Tags.scan(store)
+        write(store, tags, identity: identity)
+        return tags
+    }
+
+    /// Writes `tags` as the store's index (a new file renamed over the old one).
+    static func write(_ store: Store, _ tags: [Tag], identity: MountIdentity) {
+        let temporary = Array("tags.new-\(getpid())".utf8)
+        _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
+        do {
+            try writeNewFile(at: store.stateFD, temporary, encode(tags, identity: identity), mode: 0o600)
+            try withCName(temporary) { (from) throws(Errno) in
+                try withCName(fileName) { (to) throws(Errno) in _ = try sys { renameat(store.stateFD, from, store.stateFD, to) } }
+            }
+        } catch {
+            _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
+        }
+    }
+
+    /// Forgets the index (the next purge walks the store).
+    static func remove(_ store: Store) {
+        _ = withCName(fileName) { unlinkat(store.stateFD, $0, 0) }
+    }
+
+    static func encode(_ tags: [Tag], identity: MountIdentity) -> [UInt8] {
+        var bytes = magic
+        bytes.reserveCapacity(64 + tags.reduce(0) { $0 + 29 + $1.path.count })
+        func append<T: FixedWidthInteger>(_ value: T) {
+            withUnsafeBytes(of: value) { bytes.append(contentsOf: $0) }
+        }
+        append(identity.inode)
+        append(identity.seconds)
+        append(identity.nanoseconds)
+        append(UInt64(tags.count))
+        for tag in tags {
+            append(tag.lastUse)
+            append(tag.size)
+            append(tag.inode)
+            append(tag.kind.rawValue)
+            append(UInt32(tag.path.count))
+            bytes.append(contentsOf: tag.path)
+        }
+        return bytes
+    }
+
+    /// Decodes an index; nil if it is truncated, damaged or names a path no tag may have.
+    static func decode(_ raw: UnsafeRawBufferPointer) -> (MountIdentity, [Tag])? {
+        var offset = 0
+        func read<T: FixedWidthInteger>(_: T.Type) -> T? {
+            guard offset + MemoryLayout<T>.size <= raw.count else { return nil }
+            defer { offset += MemoryLayout<T>.size }
+            return raw.loadUnaligned(fromByteOffset: offset, as: T.self)
+        }
+        guard raw.count >= magic.count, raw.prefix(magic.count).elementsEqual(magic) else { return nil }
+        offset = magic.count
+        guard let inode = read(UInt64.self), let seconds = read(Int64.self), let nanoseconds = read(Int64.self),
+              let count = read(UInt64.self), count <= UInt64(raw.count) else { return nil }
+        var tags: [Tag] = []
+        tags.reserveCapacity(Int(count))
+        for _ in 0..<count {
+            guard let lastUse = read(Int64.self), let size = read(Int64.self), let node = read(UInt64.self),
+                  let kindByte = read(UInt8.self), let kind = TagKind(rawValue: kindByte),
+                  let length = read(UInt32.self), offset + Int(length) <= raw.count else { return nil }
+            let path = Array(raw[offset..<offset + Int(length)])
+            offset += Int(length)
+            guard Tags.isTaggable(path, kind: kind) else { return nil }
+            tags.append(Tag(kind: kind, path: path, size: size, lastUse: lastUse, inode: node))
+        }
+        guard offset == raw.count else { return nil }
+        return (MountIdentity(inode: inode, seconds: seconds, nanoseconds: nanoseconds), tags)
+    }
+}

@@ -1,0 +1,189 @@
+import ArgumentParser
+import ContainerPolicy
+import ContainerStore
+import Glibc
+
+struct PurgeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "purge",
+        abstract: "Delete cache or temporary files, least recently used first, as iOS does when space runs low.",
+        discussion: """
+            Deletes tagged files only: regular files below Library/Caches (--caches) or tmp (--tmp),
+            never a folder, a symlink or anything elsewhere, across all the stores named (on one
+            device), oldest last use first, until --free SIZE bytes are freed (default: --all).
+            Mounted containers are skipped, as iOS purges apps that are not running, unless
+            --include-running: then their mounts show the files gone at once.
+            SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w.
+            Examples: 'containerfs purge ~/A ~/B --caches --free 500M';
+            'containerfs purge ~/A --tmp --older-than 3d' (the periodic sweep of tmp).
+            """)
+
+    @Argument(help: "Container stores, all on one device.")
+    var stores: [String] = []
+
+    @Flag(help: "Purge cache files (below Library/Caches).")
+    var caches = false
+
+    @Flag(help: "Purge temporary files (below tmp).")
+    var tmp = false
+
+    @Option(help: ArgumentHelp("Stop once this many bytes are freed.", valueName: "SIZE"))
+    var free: String?
+
+    @Flag(help: "Delete every tagged file that qualifies (the default without --free).")
+    var all = false
+
+    @Option(help: ArgumentHelp("Only files last used at least this long ago.", valueName: "DURATION"))
+    var olderThan: String?
+
+    @Flag(help: "Purge mounted containers too.")
+    var includeRunning = false
+
+    @Flag(help: "Print what would be deleted; delete nothing.")
+    var dryRun = false
+
+    @Flag(help: "Print one JSON object.")
+    var json = false
+
+    func run() throws {
+        try reportingErrors {
+            let options = try parseOptions()
+            var opened: [Store] = []
+            for path in stores { opened.append(try Store.open(path)) }
+            let report = try Purge.purge(opened, options)
+            var output = BufferedOutput()
+            if json {
+                printJSON(report, opened, &output)
+            } else {
+                printText(report, opened, &output)
+            }
+            output.flush()
+            if let failure = report.failures.first {
+                throw UserError("could not delete \(report.failures.count) file(s), such as \(opened[failure.store].path)/\(ContainerPath.printable(failure.path)): \(failure.error)")
+            }
+            if let stale = report.notInvalidated.first {
+                throw UserError(stale.message)
+            }
+        }
+    }
+
+    /// The options, checked here so that every mistake is one line (SPEC §9).
+    private func parseOptions() throws(UserError) -> Purge.Options {
+        if stores.isEmpty { throw UserError.usage("name at least one container store to purge") }
+        guard caches || tmp else { throw UserError.usage("say what to purge: --caches (Library/Caches), --tmp (tmp) or both") }
+        if all, free != nil { throw UserError.usage("--all and --free exclude each other: --all deletes everything that qualifies") }
+        var options = Purge.Options(kinds: (caches ? [TagKind.cache] : []) + (tmp ? [.temporary] : []))
+        if let free {
+            guard let bytes = Quantity.bytes(free) else {
+                throw UserError.usage("bad size '\(free)' for --free: write bytes or a number with K, M, G or T (powers of 1024), as 500M")
+            }
+            options.free = bytes
+        }
+        if let olderThan {
+            guard let seconds = Quantity.seconds(olderThan) else {
+                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d")
+            }
+            options.olderThan = seconds
+        }
+        options.includeRunning = includeRunning
+        options.dryRun = dryRun
+        return options
+    }
+
+    private func printText(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput) {
+        let verb = dryRun ? "would delete" : "deleted"
+        for item in report.deleted {
+            output.write("\(verb) \(opened[item.store].path)/\(ContainerPath.printable(item.tag.path))  \(item.tag.size) bytes  last used \(isoTime(item.tag.lastUse))\n")
+        }
+        let storeCount = Set(report.deleted.map(\.store)).count
+        output.write("\(dryRun ? "would free" : "freed") \(report.freedBytes) bytes (\(humanBytes(report.freedBytes))) in \(report.deleted.count) file(s) from \(storeCount) store(s)\n")
+        for skipped in report.skipped {
+            output.write("skipped \(opened[skipped.store].path): mounted at \(skipped.mountpoint) (use --include-running to purge it too)\n")
+        }
+    }
+
+    private func printJSON(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput) {
+        output.write("{\"dryRun\":\(dryRun),\"freedBytes\":\(report.freedBytes),\"deleted\":[")
+        for (number, item) in report.deleted.enumerated() {
+            if number > 0 { output.write(",") }
+            output.write("{\"store\":\(jsonString(opened[item.store].path)),\"path\":\(jsonString(ContainerPath.printable(item.tag.path)))")
+            output.write(",\"kind\":\"\(item.tag.kind.name)\",\"size\":\(item.tag.size),\"lastUse\":\"\(isoTime(item.tag.lastUse))\",\"lastUseNanoseconds\":\(item.tag.lastUse)}")
+        }
+        output.write("],\"skipped\":[")
+        output.write(report.skipped.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"mountpoint\":\(jsonString($0.mountpoint)),\"pid\":\($0.pid)}" }.joined(separator: ","))
+        output.write("],\"walked\":[")
+        output.write(report.walked.map { jsonString(opened[$0].path) }.joined(separator: ","))
+        output.write("],\"failed\":[")
+        output.write(report.failures.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"path\":\(jsonString(ContainerPath.printable($0.path))),\"error\":\(jsonString($0.error.description))}" }.joined(separator: ","))
+        output.write("]}\n")
+    }
+}
+
+/// Standard output gathered in large writes: a purge can list many thousand files.
+struct BufferedOutput {
+    private var buffer: [UInt8] = []
+
+    mutating func write(_ text: String) {
+        buffer.append(contentsOf: text.utf8)
+        if buffer.count >= 1 << 16 { flush() }
+    }
+
+    mutating func flush() {
+        var offset = 0
+        while offset < buffer.count {
+            let written = buffer.withUnsafeBytes { Glibc.write(1, $0.baseAddress! + offset, $0.count - offset) }
+            if written < 0 { if errno == EINTR { continue } else { break } }
+            offset += written
+        }
+        buffer.removeAll(keepingCapacity: true)
+    }
+}
+
+/// A JSON string literal.
+func jsonString(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\t": out += "\\t"
+        case "\r": out += "\\r"
+        default:
+            if scalar.value < 0x20 {
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+    }
+    return out + "\""
+}
+
+/// `2026-11-21T10:53:15.982Z` from nanoseconds since the epoch.
+func isoTime(_ nanoseconds: Int64) -> String {
+    var seconds = time_t(nanoseconds / 1_000_000_000)
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    func pad(_ value: Int, _ width: Int) -> String {
+        let digits = String(value)
+        return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+    let millis = Int(nanoseconds % 1_000_000_000 / 1_000_000)
+    return "\(parts.tm_year + 1900)-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2)).\(pad(millis, 3))Z"
+}
+
+/// `12.0 KiB`, `3.4 GiB`; plain bytes below 1 KiB.
+func humanBytes(_ bytes: Int64) -> String {
+    if bytes < 1024 { return "\(bytes) B" }
+    var value = Double(bytes)
+    for unit in ["KiB", "MiB", "GiB", "TiB"] {
+        value /= 1024
+        if value < 1024 || unit == "TiB" {
+            let tenths = Int((value * 10).rounded())
+            return "\(tenths / 10).\(tenths % 10) \(unit)"
+        }
+    }
+    return "\(bytes) B"
+}
