@@ -60,6 +60,13 @@ private final class SignedStore {
     }
 
     func unmount() {
+        if user != nil {
+            // Root cannot stat another user's FUSE mount: ask mountinfo, and clear it as root.
+            guard isListedMount(mountpoint) else { return }
+            _ = try? runProgram(["fusermount3", "-u", mountpoint], user: user)
+            if isListedMount(mountpoint) { _ = try? runProgram(["fusermount3", "-uz", mountpoint]) }
+            return
+        }
         for _ in 0..<20 {
             guard isMountPoint(mountpoint) || isDeadMount(mountpoint) else { return }
             if (try? runProgram([containerfsBinary, "unmount", mountpoint], user: user))?.status == 0 { return }
@@ -72,6 +79,12 @@ private final class SignedStore {
         unmount()
         _ = try? runProgram(["rm", "-rf", base])
     }
+}
+
+/// True when `path` is a mount point in /proc/self/mountinfo (read whole: past 4 KiB too).
+private func isListedMount(_ path: String) -> Bool {
+    let data = FileHandle(forReadingAtPath: "/proc/self/mountinfo").flatMap { try? $0.readToEnd() } ?? Data()
+    return String(decoding: data, as: UTF8.self).split(separator: "\n").contains { $0.split(separator: " ").dropFirst(4).first == Substring(path) }
 }
 
 private let reinstall = "the app does not launch — reinstall it with 'containerfs create'"
@@ -242,7 +255,9 @@ struct SigningTests {
             #expect(try container.run(["verify", container.store]).status == 0)
             let mounted = try container.run(["mount", container.store, container.mountpoint])
             #expect(mounted.status == 0, "\(mounted)")
+            #expect(isListedMount(container.mountpoint))
             container.unmount()
+            #expect(!isListedMount(container.mountpoint))
         }
     }
 }
