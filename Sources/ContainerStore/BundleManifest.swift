@@ -9,6 +9,7 @@ public struct BundleEntry: Equatable, Sendable {
     public enum Kind: UInt8, Sendable, CustomStringConvertible {
         case folder = 1, file = 2, symlink = 3, special = 4
 
+        /// The kind in words, as messages show it.
         public var description: String {
             switch self {
             case .folder: "folder"
@@ -21,6 +22,7 @@ public struct BundleEntry: Equatable, Sendable {
 
     /// The path from the store's root, as bytes: the bundle's name, then the names below it.
     public var path: [UInt8]
+    /// Folder, file or symlink.
     public var kind: Kind
     /// The permission bits (`st_mode & 07777`).
     public var mode: UInt32
@@ -32,6 +34,7 @@ public struct BundleEntry: Equatable, Sendable {
     /// A symlink's target, as bytes; empty for anything else.
     public var target: [UInt8]
 
+    /// An entry; `digest` for a file, `target` for a symlink.
     public init(path: [UInt8], kind: Kind, mode: UInt32, size: UInt64, digest: [UInt8] = [], target: [UInt8] = []) {
         self.path = path
         self.kind = kind
@@ -97,7 +100,9 @@ public struct BundleManifest: Equatable, Sendable {
     /// Decodes a manifest, strictly: anything but the canonical encoding is refused.
     public init(decoding bytes: [UInt8]) throws(ManifestError) {
         var reader = Reader(bytes: bytes)
-        guard try reader.take(Self.magic.count) == Self.magic[...] else { throw ManifestError("it does not start with the manifest header") }
+        guard try reader.take(Self.magic.count) == Self.magic[...] else {
+            throw ManifestError("it does not start with the manifest header")
+        }
         let count = try reader.integer(UInt32.self)
         var entries: [BundleEntry] = []
         entries.reserveCapacity(min(Int(count), bytes.count / 16))
@@ -133,6 +138,7 @@ public struct BundleManifest: Equatable, Sendable {
 
 /// Why a manifest could not be decoded.
 public struct ManifestError: Error, CustomStringConvertible, Sendable {
+    /// What is wrong with it, as part of a sentence.
     public let description: String
     init(_ description: String) { self.description = description }
 }
@@ -183,12 +189,14 @@ public struct BundleChange: Equatable, Sendable {
             switch kind {
             case .added: "added (\(found!.kind))"
             case .removed: "removed (\(expected!.kind))"
-            case .content: found!.digest.isEmpty && found!.size == expected!.size
-                ? "content unreadable"
-                : "content changed" + (found!.size == expected!.size ? "" : " (size \(expected!.size) -> \(found!.size))")
+            case .content:
+                found!.digest.isEmpty && found!.size == expected!.size
+                    ? "content unreadable"
+                    : "content changed" + (found!.size == expected!.size ? "" : " (size \(expected!.size) -> \(found!.size))")
             case .mode: "mode changed \(octal(expected!.mode)) -> \(octal(found!.mode))"
             case .type: "type changed \(expected!.kind) -> \(found!.kind)"
-            case .linkTarget: "link target changed \"\(ContainerPath.printable(expected!.target))\" -> \"\(ContainerPath.printable(found!.target))\""
+            case .linkTarget:
+                "link target changed \"\(ContainerPath.printable(expected!.target))\" -> \"\(ContainerPath.printable(found!.target))\""
             }
         }
         return "\(path): " + details.joined(separator: ", ")

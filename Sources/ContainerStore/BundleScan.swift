@@ -90,9 +90,13 @@ struct BundleScan: Sendable {
         case S_IFDIR:
             entries.append(BundleEntry(path: path, kind: .folder, mode: mode, size: 0))
             // A folder that cannot be opened shows its contents as removed.
-            guard let fd = try? withCName(name, { (cname) throws(Errno) in
-                try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-            }) else { return }
+            guard
+                let fd = try? withCName(
+                    name,
+                    { (cname) throws(Errno) in
+                        try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                    })
+            else { return }
             defer { close(fd) }
             for child in (try? Directory.entries(of: fd)) ?? [] {
                 walk(parentFD: fd, name: child.name, path: path + [UInt8(ascii: "/")] + child.name, cache: cache, jobs: &jobs)

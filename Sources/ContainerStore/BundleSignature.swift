@@ -93,8 +93,9 @@ public enum BundleSignature {
         if key.isValidSignature(signature, for: manifest) { return manifest }
         // Only to say which failure this is: the stored public key is never trusted.
         if let signer = try? readFile(at: stateFD, publicKeyName), signer != key.publicKey,
-           let signerKey = try? Curve25519.Signing.PublicKey(rawRepresentation: signer),
-           signerKey.isValidSignature(signature, for: manifest) {
+            let signerKey = try? Curve25519.Signing.PublicKey(rawRepresentation: signer),
+            signerKey.isValidSignature(signature, for: manifest)
+        {
             throw .otherKey(signer: InstallerKey.fingerprint(of: signer), installer: key.fingerprint, path: key.path)
         }
         throw .signatureMismatch
@@ -124,11 +125,15 @@ public struct BundleVerification: Sendable {
             switch self {
             case .missing(let name): "its \(name) is missing from .containerfs/"
             case .unreadable(let name, let error): "its .containerfs/\(name) cannot be read (\(error))"
-            case .badSignatureLength(let count): "its signature .containerfs/bundle.sig is \(count < 64 ? "truncated" : "too long") (\(count) bytes, not 64)"
-            case .signatureMismatch: "its manifest does not match its signature: .containerfs/bundle.manifest or bundle.sig was edited after signing"
-            case .otherKey(let signer, let installer, let path): "its manifest was signed by another key (\(signer)), not the installer key \(installer) (\(path))"
+            case .badSignatureLength(let count):
+                "its signature .containerfs/bundle.sig is \(count < 64 ? "truncated" : "too long") (\(count) bytes, not 64)"
+            case .signatureMismatch:
+                "its manifest does not match its signature: .containerfs/bundle.manifest or bundle.sig was edited after signing"
+            case .otherKey(let signer, let installer, let path):
+                "its manifest was signed by another key (\(signer)), not the installer key \(installer) (\(path))"
             case .malformedManifest(let why): "its signed manifest cannot be read: \(why)"
-            case .otherBundle(let signed): "the signed manifest is of \(ContainerPath.printable(signed)), but the store names another bundle in .containerfs/bundle-name"
+            case .otherBundle(let signed):
+                "the signed manifest is of \(ContainerPath.printable(signed)), but the store names another bundle in .containerfs/bundle-name"
             }
         }
     }
@@ -143,12 +148,15 @@ public struct BundleVerification: Sendable {
     public var changes: [BundleChange] = []
     /// Symlinks recorded in the manifest that lead outside the bundle: a warning only.
     public var outsideLinks: [BundleEntry] = []
-    /// Entries in the manifest, files among them, and the files' total size.
+    /// Entries in the manifest, files among them.
     public var entries = 0, files = 0
+    /// The files' total size, as signed.
     public var bytes: UInt64 = 0
-    /// Files read and hashed this time, their bytes, and files vouched for by the cache.
+    /// Files read and hashed this time.
     public var hashedFiles = 0
+    /// Bytes read and hashed this time.
     public var hashedBytes: UInt64 = 0
+    /// Files vouched for by the verification cache, not read.
     public var cachedFiles = 0
 
     /// True when the manifest holds and the bundle matches it.

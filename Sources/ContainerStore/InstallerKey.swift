@@ -77,17 +77,23 @@ public struct InstallerKey: Sendable {
     // MARK: Finding, loading, making
 
     /// Loads the key at `path` (or the default place); never makes one.
-    public static func load(at path: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws(UserError) -> InstallerKey {
+    public static func load(at path: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws(UserError)
+        -> InstallerKey
+    {
         let location = try location(path, environment)
         guard let key = try read(location.file) else {
             let hint = path == nil ? "pass --key with the key it was installed with" : "check the path"
-            throw UserError("no installer key at \(location.file): verifying a bundle needs the key that signed it; \(hint), or reinstall the container with 'containerfs create'")
+            throw UserError(
+                "no installer key at \(location.file): verifying a bundle needs the key that signed it; \(hint), or reinstall the container with 'containerfs create'"
+            )
         }
         return key
     }
 
     /// Loads the key at `path` (or the default place), making it first if there is none.
-    public static func loadOrCreate(at path: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws(UserError) -> InstallerKey {
+    public static func loadOrCreate(at path: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws(UserError)
+        -> InstallerKey
+    {
         let location = try location(path, environment)
         if let key = try read(location.file) { return key }
         let folder = parentFolder(location.file)
@@ -106,7 +112,9 @@ public struct InstallerKey: Sendable {
         let staging = location.file + ".new-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = Glibc.open(staging, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw UserError("cannot make the installer key \(location.file): \(Errno.current); set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH")
+            throw UserError(
+                "cannot make the installer key \(location.file): \(Errno.current); set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH"
+            )
         }
         defer { unlink(staging) }
         let bytes = Array(text.utf8)
@@ -123,7 +131,9 @@ public struct InstallerKey: Sendable {
             }
             return key
         }
-        let note = "made a new installer key at \(location.file)" + (location.reason.map { " (\($0))" } ?? "") + "; it signs every bundle you install: keep it"
+        let note =
+            "made a new installer key at \(location.file)" + (location.reason.map { " (\($0))" } ?? "")
+            + "; it signs every bundle you install: keep it"
         return InstallerKey(path: location.file, privateKey: privateKey, creationNote: note)
     }
 
@@ -142,13 +152,14 @@ public struct InstallerKey: Sendable {
         }
         // As ssh refuses a private key others can read: they could sign a changed bundle.
         guard info.st_mode & 0o077 == 0 else {
-            throw UserError("installer key \(path) is accessible by other users (mode \(String(info.st_mode & 0o777, radix: 8))): chmod 600 \(path)")
+            throw UserError(
+                "installer key \(path) is accessible by other users (mode \(String(info.st_mode & 0o777, radix: 8))): chmod 600 \(path)")
         }
         var contents = [UInt8](repeating: 0, count: 4096)
         let count = contents.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
         let lines = String(decoding: contents[0..<max(count, 0)], as: UTF8.self).split(separator: "\n")
         guard lines.count == 2, lines[0] == header, let raw = Data(base64Encoded: String(lines[1])),
-              let privateKey = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw)
+            let privateKey = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw)
         else {
             throw UserError("\(path) is not a containerfs installer key: name the key file made by 'containerfs create'")
         }
@@ -188,9 +199,12 @@ public struct InstallerKey: Sendable {
         let folder = "/var/tmp/containerfs-\(uid)"
         var info = stat()
         if lstat(folder, &info) == 0, !(info.st_mode & S_IFMT == S_IFDIR && info.st_uid == uid && info.st_mode & 0o077 == 0) {
-            throw UserError("\(folder) is not a private folder of yours, so the installer key cannot be kept there: set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH")
+            throw UserError(
+                "\(folder) is not a private folder of yours, so the installer key cannot be kept there: set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH"
+            )
         }
-        return Location(file: folder + "/" + fileName, reason: "this user has no home folder; set XDG_CONFIG_HOME or pass --key to keep it elsewhere")
+        return Location(
+            file: folder + "/" + fileName, reason: "this user has no home folder; set XDG_CONFIG_HOME or pass --key to keep it elsewhere")
     }
 
     /// False only when nothing is there: a path that cannot be looked at (another user's
@@ -211,7 +225,9 @@ public struct InstallerKey: Sendable {
         for component in folder.split(separator: "/") {
             prefix += "/" + component
             if mkdir(prefix, 0o700) != 0, errno != EEXIST {
-                throw UserError("cannot make the installer key's folder \(prefix): \(Errno.current); set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH")
+                throw UserError(
+                    "cannot make the installer key's folder \(prefix): \(Errno.current); set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH"
+                )
             }
         }
         var info = stat()

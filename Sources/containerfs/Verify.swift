@@ -6,9 +6,11 @@ import Foundation
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check a container's bundle against the manifest signed at install.",
-        discussion: "Prints one line per entry added, removed, or changed in content, mode, type or link target, and a warning per symlink leading outside the bundle. "
+        discussion:
+            "Prints one line per entry added, removed, or changed in content, mode, type or link target, and a warning per symlink leading outside the bundle. "
             + "Exit status 0 only when the signature holds for the installer key and nothing changed; 1 otherwise, including a manifest or signature that is missing, truncated, edited or made with another key. "
-            + "Files unchanged since they were last hashed (same inode, size, ctime and mtime) are taken from a cache; --full reads every file.")
+            + "Files unchanged since they were last hashed (same inode, size, ctime and mtime) are taken from a cache; --full reads every file."
+    )
 
     @Argument(help: "The container's store.")
     var store: String
@@ -33,12 +35,15 @@ struct Verify: ParsableCommand {
             } else {
                 for change in result.changes { out.write(change.description + "\n") }
                 for link in result.outsideLinks {
-                    out.write("warning: \(link.printablePath): symlink leads outside the bundle (\"\(ContainerPath.printable(link.target))\")\n")
+                    out.write(
+                        "warning: \(link.printablePath): symlink leads outside the bundle (\"\(ContainerPath.printable(link.target))\")\n")
                 }
             }
             if let failure = result.failure(store: store, listed: !json) { throw failure }
             if !json {
-                out.write("bundle \(ContainerPath.printable(result.bundleName)) of \(store) is intact: \(result.entries) entries, \(result.files) files, \(result.bytes) bytes; \(result.hashedFiles) hashed, \(result.cachedFiles) from the cache; signed by \(result.keyFingerprint)\n")
+                out.write(
+                    "bundle \(ContainerPath.printable(result.bundleName)) of \(store) is intact: \(result.entries) entries, \(result.files) files, \(result.bytes) bytes; \(result.hashedFiles) hashed, \(result.cachedFiles) from the cache; signed by \(result.keyFingerprint)\n"
+                )
             }
         }
     }

@@ -162,7 +162,9 @@ struct BundleSigningTests {
         #expect(throws: ManifestError.self) { try BundleManifest(decoding: Array(bytes.dropLast())) }
         // The same entries in the wrong order.
         var swapped = BundleManifest.magic + [0, 0, 0, 2]
-        swapped += Array(bytes[(BundleManifest.magic.count + 4 + 15 + 5)...]) + Array(bytes[(BundleManifest.magic.count + 4)..<(BundleManifest.magic.count + 4 + 15 + 5)])
+        swapped +=
+            Array(bytes[(BundleManifest.magic.count + 4 + 15 + 5)...])
+            + Array(bytes[(BundleManifest.magic.count + 4)..<(BundleManifest.magic.count + 4 + 15 + 5)])
         #expect(throws: ManifestError.self) { try BundleManifest(decoding: swapped) }
     }
 
@@ -176,12 +178,15 @@ struct BundleSigningTests {
             #expect(!result.isIntact)
             let failure = try #require(result.failure(store: "STORE"))
             #expect(!failure.message.contains("\n"))
-            #expect(failure.message.hasSuffix("the app does not launch — reinstall it with 'containerfs create'")
+            #expect(
+                failure.message.hasSuffix("the app does not launch — reinstall it with 'containerfs create'")
                     || failure.message.contains("or pass --key"))
             if let change = tampering.expected.change {
                 #expect(result.problem == nil)
                 #expect(result.changes.map(\.summary) == [change])
-                #expect(failure.message == "bundle of STORE was changed: \(change); the app does not launch — reinstall it with 'containerfs create'")
+                #expect(
+                    failure.message
+                        == "bundle of STORE was changed: \(change); the app does not launch — reinstall it with 'containerfs create'")
             }
             if let problem = tampering.expected.problem {
                 #expect(result.changes.isEmpty)
@@ -195,7 +200,8 @@ struct BundleSigningTests {
         let container = try SignedContainer()
         let other = InstallerKey(privateKey: Curve25519.Signing.PrivateKey(), path: "/elsewhere/installer.key")
         let result = container.verify(key: other)
-        #expect(result.problem == .otherKey(signer: container.key.fingerprint, installer: other.fingerprint, path: "/elsewhere/installer.key"))
+        #expect(
+            result.problem == .otherKey(signer: container.key.fingerprint, installer: other.fingerprint, path: "/elsewhere/installer.key"))
         #expect(result.failure(store: "S")?.message.contains("or pass --key with the key it was installed with") == true)
     }
 
@@ -348,7 +354,9 @@ struct BundleSigningTests {
         #expect(try InstallerKey.defaultLocation(["XDG_CONFIG_HOME": "/x/y", "HOME": "/root"]).file == "/x/y/containerfs/installer.key")
         // A relative XDG_CONFIG_HOME is ignored, as the XDG spec says.
         let home = try #require(getpwuid(geteuid())).pointee.pw_dir.map { String(cString: $0) }
-        #expect(try InstallerKey.defaultLocation(["XDG_CONFIG_HOME": "rel", "HOME": "/nonexistent"]).file == home! + "/.config/containerfs/installer.key")
+        #expect(
+            try InstallerKey.defaultLocation(["XDG_CONFIG_HOME": "rel", "HOME": "/nonexistent"]).file == home!
+                + "/.config/containerfs/installer.key")
         // A HOME that is not this user's (setpriv keeping root's) is passed over.
         if geteuid() != 0 {
             #expect(try InstallerKey.defaultLocation(["HOME": "/root"]).file != "/root/.config/containerfs/installer.key")

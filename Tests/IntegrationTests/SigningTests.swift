@@ -11,7 +11,7 @@ private final class SignedStore {
     let key: String
     let user: String?
     /// What `containerfs create` printed.
-    var created: ProgramResult!
+    var created = ProgramResult(status: -1, stdout: "", stderr: "")
 
     /// The bundle: `Info.plist`, `run.sh` (0755), `res/data.txt`, `link` -> `Info.plist`,
     /// `ext` -> `/etc/hosts`. `environment` replaces the environment of every command.
@@ -40,7 +40,7 @@ private final class SignedStore {
             chmod(base, 0o755)
         }
         created = try run(["create", store, "--bundle", bundle])
-        guard created.status == 0 else { throw TestFailure("containerfs create failed: \(created!)") }
+        guard created.status == 0 else { throw TestFailure("containerfs create failed: \(created)") }
     }
 
     private let environment: [String: String]?
@@ -84,7 +84,9 @@ private final class SignedStore {
 /// True when `path` is a mount point in /proc/self/mountinfo (read whole: past 4 KiB too).
 private func isListedMount(_ path: String) -> Bool {
     let data = FileHandle(forReadingAtPath: "/proc/self/mountinfo").flatMap { try? $0.readToEnd() } ?? Data()
-    return String(decoding: data, as: UTF8.self).split(separator: "\n").contains { $0.split(separator: " ").dropFirst(4).first == Substring(path) }
+    return String(decoding: data, as: UTF8.self).split(separator: "\n").contains {
+        $0.split(separator: " ").dropFirst(4).first == Substring(path)
+    }
 }
 
 private let reinstall = "the app does not launch — reinstall it with 'containerfs create'"
@@ -104,7 +106,8 @@ struct SigningTests {
         let lines = verified.stdout.split(separator: "\n").map(String.init)
         #expect(lines.count == 2, "\(verified)")
         #expect(lines.first == "warning: Demo.app/ext: symlink leads outside the bundle (\"/etc/hosts\")")
-        #expect(lines.last?.hasPrefix("bundle Demo.app of \(container.store) is intact: 7 entries, 3 files, 47 bytes;") == true, "\(verified)")
+        #expect(
+            lines.last?.hasPrefix("bundle Demo.app of \(container.store) is intact: 7 entries, 3 files, 47 bytes;") == true, "\(verified)")
     }
 
     @Test func verifyNamesEveryChangeAndFails() throws {
@@ -118,15 +121,16 @@ struct SigningTests {
 
         let result = try container.run(["verify", container.store])
         #expect(result.status == 1)
-        #expect(result.stdout == """
-            Demo.app/Info.plist: content changed
-            Demo.app/link: link target changed "Info.plist" -> "run.sh"
-            Demo.app/res/data.txt: removed (file)
-            Demo.app/res/new.txt: added (file)
-            Demo.app/run.sh: mode changed 0755 -> 0644
-            warning: Demo.app/ext: symlink leads outside the bundle ("/etc/hosts")
+        #expect(
+            result.stdout == """
+                Demo.app/Info.plist: content changed
+                Demo.app/link: link target changed "Info.plist" -> "run.sh"
+                Demo.app/res/data.txt: removed (file)
+                Demo.app/res/new.txt: added (file)
+                Demo.app/run.sh: mode changed 0755 -> 0644
+                warning: Demo.app/ext: symlink leads outside the bundle ("/etc/hosts")
 
-            """)
+                """)
         #expect(result.stderr == "containerfs: bundle of \(container.store) was changed: 5 entries (listed above); \(reinstall)\n")
 
         let json = try container.run(["verify", container.store, "--json", "--full"])
@@ -134,7 +138,10 @@ struct SigningTests {
         let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         #expect(object["intact"] as? Bool == false)
         let changes = try #require(object["changes"] as? [[String: Any]])
-        #expect(changes.map { $0["path"] as? String } == ["Demo.app/Info.plist", "Demo.app/link", "Demo.app/res/data.txt", "Demo.app/res/new.txt", "Demo.app/run.sh"])
+        #expect(
+            changes.map { $0["path"] as? String } == [
+                "Demo.app/Info.plist", "Demo.app/link", "Demo.app/res/data.txt", "Demo.app/res/new.txt", "Demo.app/run.sh",
+            ])
         #expect(changes.map { $0["kinds"] as? [String] } == [["content"], ["link target"], ["removed"], ["added"], ["mode"]])
         #expect(object["hashed_files"] as? Int == 3, "--full reads every file there is")
     }
@@ -170,7 +177,9 @@ struct SigningTests {
         case "signature truncated": truncate(container.stored(".containerfs/bundle.sig"), 10)
         default:
             key = container.base + "/keys/other.key"
-            let made = try runProgram([containerfsBinary, "create", container.base + "/other", "--bundle", container.base + "/Demo.app", "--key", key!])
+            let made = try runProgram([
+                containerfsBinary, "create", container.base + "/other", "--bundle", container.base + "/Demo.app", "--key", key!,
+            ])
             #expect(made.status == 0)
         }
         for command in [["verify", container.store], ["mount", container.store, container.mountpoint]] {
@@ -233,8 +242,9 @@ struct SigningTests {
         #expect(mounted.status == 0, "\(mounted)")
         container.unmount()
         // Another user's config (here: another folder) has no key for it.
-        let elsewhere = try runProgram([containerfsBinary, "verify", container.store],
-                                       environment: ["PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": config + "/other"])
+        let elsewhere = try runProgram(
+            [containerfsBinary, "verify", container.store],
+            environment: ["PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": config + "/other"])
         #expect(elsewhere.status == 1)
         #expect(elsewhere.stderr.hasPrefix("containerfs: no installer key at \(config)/other/containerfs/installer.key: "))
     }
@@ -243,7 +253,9 @@ struct SigningTests {
     /// XDG_CONFIG_HOME, if set): the key goes to her private folder in /var/tmp, and
     /// create, verify and mount work.
     @Test func anOrdinaryUserWithoutAHomeSignsAndMounts() throws {
-        let inherited: [[String: String]] = [[:], ["HOME": "/nonexistent"], ["HOME": "/root"], ["HOME": "/root", "XDG_CONFIG_HOME": "/root/.config"]]
+        let inherited: [[String: String]] = [
+            [:], ["HOME": "/nonexistent"], ["HOME": "/root"], ["HOME": "/root", "XDG_CONFIG_HOME": "/root/.config"],
+        ]
         for variables in inherited {
             let environment = variables.merging(["PATH": "/usr/bin:/bin"]) { a, _ in a }
             let container = try SignedStore(user: "cfs-alice", environment: environment, explicitKey: false)
