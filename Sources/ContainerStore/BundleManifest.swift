@@ -58,7 +58,7 @@ public struct BundleEntry: Equatable, Sendable {
 /// u32 entry count
 /// per entry, in increasing order of path bytes (no two equal):
 ///   u8 kind (1 folder, 2 file, 3 symlink)   u32 mode   u64 size
-///   u16 path length, path bytes
+///   u32 path length, path bytes (a bundle may nest deeper than PATH_MAX)
 ///   file: 32 bytes SHA-256            symlink: u16 target length, target bytes
 /// ```
 public struct BundleManifest: Equatable, Sendable {
@@ -81,7 +81,7 @@ public struct BundleManifest: Equatable, Sendable {
             out.append(entry.kind.rawValue)
             append(entry.mode, to: &out)
             append(entry.size, to: &out)
-            append(UInt16(entry.path.count), to: &out)
+            append(UInt32(entry.path.count), to: &out)
             out += entry.path
             switch entry.kind {
             case .file: out += entry.digest
@@ -112,7 +112,7 @@ public struct BundleManifest: Equatable, Sendable {
             }
             let mode = try reader.integer(UInt32.self)
             let size = try reader.integer(UInt64.self)
-            let path = Array(try reader.take(Int(try reader.integer(UInt16.self))))
+            let path = Array(try reader.take(Int(try reader.integer(UInt32.self))))
             var entry = BundleEntry(path: path, kind: kind, mode: mode, size: size)
             switch kind {
             case .file: entry.digest = Array(try reader.take(32))

@@ -108,8 +108,19 @@ struct BundleScan: Sendable {
                 entry.digest = digest
                 self.cache[identity] = digest
                 cachedFiles += 1
-            } else {
+            } else if path.count < Int(PATH_MAX) {
                 jobs.append(HashJob(index: entries.count, path: path, identity: identity))
+            } else {
+                // Too long a path for openat2 from the root: hashed here, from its folder.
+                let job = HashJob(index: entries.count, path: path, identity: identity)
+                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 4096)
+                defer { buffer.deallocate() }
+                let result = Self.hashFile(job, buffer: buffer) {
+                    withCName(name) { openat(parentFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+                }
+                entries.append(entry)
+                record(job, result)
+                return
             }
             entries.append(entry)
         case S_IFLNK:
@@ -140,31 +151,36 @@ struct BundleScan: Sendable {
                 let taken = next.add(1, ordering: .relaxed).oldValue
                 guard taken < order.count else { return }
                 let job = jobs[order[taken]]
-                let result = Self.hashFile(job, rootFD: rootFD, buffer: buffer)
+                let result = Self.hashFile(job, buffer: buffer) {
+                    withCName(job.path) { clinux_open_beneath(rootFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0) }
+                }
                 results.withLock { $0[order[taken]] = result }
             }
         }
         results.withLock { results in
-            for (job, result) in zip(jobs, results) {
-                entries[job.index].digest = result.digest
-                if !result.digest.isEmpty {
-                    hashedFiles += 1
-                    hashedBytes += job.identity.size
-                }
-                if result.cacheable { cache[job.identity] = result.digest }
-            }
+            for (job, result) in zip(jobs, results) { record(job, result) }
         }
+    }
+
+    private mutating func record(_ job: HashJob, _ result: HashResult) {
+        entries[job.index].digest = result.digest
+        if !result.digest.isEmpty {
+            hashedFiles += 1
+            hashedBytes += job.identity.size
+        }
+        if result.cacheable { cache[job.identity] = result.digest }
     }
 
     static let chunkSize = 1 << 20
 
     /// Reads and hashes one file. Cacheable when its identity was the same when walked,
     /// when opened and when read to the end, and settled before it was read.
-    private static func hashFile(_ job: HashJob, rootFD: Int32, buffer: UnsafeMutableRawBufferPointer) -> HashResult {
+    /// `open` opens the file without following a symlink, and with `O_NONBLOCK`: should a
+    /// FIFO have replaced the file since the walk, open must not wait.
+    private static func hashFile(_ job: HashJob, buffer: UnsafeMutableRawBufferPointer, open: () -> Int32) -> HashResult {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME_COARSE, &now)
-        // O_NONBLOCK: should a FIFO have replaced the file since the walk, open must not wait.
-        let fd = withCName(job.path) { clinux_open_beneath(rootFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0) }
+        let fd = open()
         guard fd >= 0 else { return HashResult() }
         defer { close(fd) }
         var before = stat()

@@ -314,6 +314,45 @@ struct BundleSigningTests {
         }
     }
 
+    @Test func aBundleNestedDeeperThanPATHMAXIsSignedAndChecked() throws {
+        let container = try SignedContainer()
+        var template = Array("/tmp/containerfs-sign-deep-XXXXXX".utf8CString)
+        let base = String(cString: mkdtemp(&template)!)
+        defer { _ = try? FileManager.default.removeItem(atPath: base) }
+        mkdir(base + "/Deep.app", 0o755)
+        // 20 folders of 240-byte names: the file's path is about 4,900 bytes, past PATH_MAX.
+        let name = Array(repeating: UInt8(ascii: "d"), count: 240)
+        func descend(_ top: Int32, _ body: (Int32) throws -> Void) throws {
+            var fd = top
+            for _ in 0..<20 {
+                _ = withCName(name) { mkdirat(fd, $0, 0o755) }
+                let next = withCName(name) { openat(fd, $0, O_RDONLY | O_DIRECTORY) }
+                if fd != top { close(fd) }
+                fd = next
+            }
+            defer { close(fd) }
+            try body(fd)
+        }
+        func writeDeep(_ top: Int32, _ text: String) throws {
+            try descend(top) { folder in
+                let file = withCName(Array("leaf".utf8)) { openat(folder, $0, O_WRONLY | O_CREAT | O_TRUNC, 0o644) }
+                _ = Array(text.utf8).withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
+                close(file)
+            }
+        }
+        let source = open(base + "/Deep.app", O_RDONLY | O_DIRECTORY)
+        try writeDeep(source, "deep\n")
+        close(source)
+        let store = try Store.create(at: base + "/store", bundle: base + "/Deep.app", installerKey: container.key)
+        #expect(BundleSignature.verify(store, key: container.key, full: true).isIntact)
+        let stored = openat(store.rootFD, "Deep.app", O_RDONLY | O_DIRECTORY)
+        try writeDeep(stored, "DEEP\n")
+        close(stored)
+        let changes = BundleSignature.verify(store, key: container.key).changes
+        #expect(changes.map(\.kinds) == [[.content]])
+        #expect(changes.first?.path.count ?? 0 > Int(PATH_MAX))
+    }
+
     @Test func theInstallerKeyIsMadeOnceWithPrivateModes() throws {
         var template = Array("/tmp/containerfs-key-XXXXXX".utf8CString)
         let base = String(cString: mkdtemp(&template)!)
