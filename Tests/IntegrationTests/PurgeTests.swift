@@ -1,0 +1,264 @@
+import Foundation
+import Glibc
+import Testing
+
+// Purge through real mounts (SPEC §3): what it deletes, what it never touches, how a
+// mount sees it. Helpers shared by TagTests and UsageTests are at the end (`Purging`).
+
+@Suite("Purge", .serialized)
+struct PurgeTests {
+    @Test func freeStopsAtTheFileThatReachesTheSize() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        try Purging.seedUserData(container)
+        let before = try Purging.userDataDigest(container)
+        // Oldest first: 1000, 2000, 3000, 4000 bytes.
+        for (index, size) in [1000, 2000, 3000, 4000].enumerated() {
+            try Purging.write(container.mounted("Library/Caches/f\(index)"), size: size)
+            usleep(3000)
+        }
+        container.unmount()
+        let result = try Purging.purge([container], ["--caches", "--free", "2500"])
+        #expect(result.paths == ["Library/Caches/f0", "Library/Caches/f1"], "1000 + 2000 reaches 2500: stop there")
+        #expect(result.freed == 3000)
+        #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG", "f2", "f3"])
+        #expect(try Purging.userDataDigest(container) == before)
+        // Text output names each file and the total.
+        let text = try containerfs(["purge", container.store, "--caches", "--free", "1"])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("deleted \(container.store)/Library/Caches/f2  3000 bytes"))
+        #expect(text.stdout.contains("freed 3000 bytes"))
+    }
+
+    @Test func dryRunDeletesNothing() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        try Purging.write(container.mounted("Library/Caches/a"), size: 10)
+        try Purging.write(container.mounted("tmp/b"), size: 20)
+        let mounted = try Purging.purge([container], ["--caches", "--tmp", "--all", "--dry-run", "--include-running"])
+        #expect(Set(mounted.paths) == ["Library/Caches/a", "tmp/b"])
+        #expect(mounted.freed == 30)
+        container.unmount()
+        let caches = try treeDigest(container.stored("Library/Caches"))
+        let result = try Purging.purge([container], ["--caches", "--dry-run"])
+        #expect(result.paths == ["Library/Caches/a"])
+        #expect(try treeDigest(container.stored("Library/Caches")) == caches)
+        let text = try containerfs(["purge", container.store, "--caches", "--dry-run"])
+        #expect(text.stdout.contains("would delete \(container.store)/Library/Caches/a"))
+        #expect(text.stdout.contains("would free 10 bytes"))
+    }
+
+    @Test func mountedContainersAreSkippedUnlessIncludedAndThenTheMountSeesThePurgeAtOnce() throws {
+        try withMountedContainer { container in
+            try Purging.seedUserData(container)
+            let before = try Purging.userDataDigest(container)
+            for name in ["a", "b", "sub/c"] { try Purging.write(container.mounted("Library/Caches/" + name), size: 100) }
+            // The kernel has them cached: stat and list them first.
+            #expect(Purging.listing(container.mounted("Library/Caches")) == ["a", "b", "sub"])
+            #expect(errnoOf { access(container.mounted("Library/Caches/sub/c"), F_OK) } == 0)
+            let skipped = try Purging.purge([container], ["--caches"])
+            #expect(skipped.paths.isEmpty)
+            #expect((skipped.json["skipped"] as? [[String: Any]])?.first?["store"] as? String == container.store)
+            #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG", "a", "b", "sub"])
+            let text = try containerfs(["purge", container.store, "--caches"])
+            #expect(text.stdout.contains("skipped \(container.store): mounted at"))
+
+            // A program keeps writing to a file while it is purged: its writes go to the
+            // unlinked file, nothing else changes.
+            let writer = open(container.mounted("Library/Caches/a"), O_WRONLY | O_APPEND)
+            #expect(writer >= 0)
+            let purged = try Purging.purge([container], ["--caches", "--include-running"])
+            #expect(Set(purged.paths) == ["Library/Caches/a", "Library/Caches/b", "Library/Caches/sub/c"])
+            #expect(Purging.writeAll(writer, count: 64 << 10))
+            close(writer)
+            #expect(errnoOf { access(container.mounted("Library/Caches/a"), F_OK) } == ENOENT)
+            #expect(errnoOf { access(container.mounted("Library/Caches/sub/c"), F_OK) } == ENOENT)
+            #expect(Purging.listing(container.mounted("Library/Caches")) == ["sub"], "folders stay")
+            #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG", "sub"])
+            #expect(try Purging.userDataDigest(container) == before)
+            // The mount goes on working in the purged folder.
+            try Purging.write(container.mounted("Library/Caches/a"), size: 5)
+            #expect(Purging.size(container.stored("Library/Caches/a")) == 5)
+        }
+    }
+
+    @Test func tmpIsEmptiedAtUnmount() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        try Purging.write(container.mounted("tmp/file"), size: 10)
+        try FileManager.default.createDirectory(atPath: container.mounted("tmp/dir/deeper"), withIntermediateDirectories: true)
+        try Purging.write(container.mounted("tmp/dir/deeper/file"), size: 10)
+        symlink("/etc", container.mounted("tmp/link"))
+        try Purging.write(container.mounted("Library/Caches/kept"), size: 10)
+        try Purging.seedUserData(container)
+        let before = try Purging.userDataDigest(container)
+        container.unmount()
+        #expect(Purging.listing(container.stored("tmp")) == ["CACHEDIR.TAG"])
+        #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG", "kept"])
+        #expect(try Purging.userDataDigest(container) == before)
+        #expect(FileManager.default.fileExists(atPath: "/etc/passwd"))
+    }
+
+    @Test func olderThanMimicsThePeriodicSweepOfTmp() throws {
+        try withMountedContainer { container in
+            try Purging.write(container.mounted("tmp/old"), size: 10)
+            try Purging.write(container.mounted("tmp/new"), size: 10)
+            #expect(try runProgram(["touch", "-d", "4 days ago", container.mounted("tmp/old")]).status == 0)
+            let result = try Purging.purge([container], ["--tmp", "--older-than", "3d", "--include-running"])
+            #expect(result.paths == ["tmp/old"])
+            #expect(Purging.listing(container.mounted("tmp")) == ["new"])
+        }
+    }
+
+    @Test func symlinksInCachesAreNeverFollowed() throws {
+        let outside = try makeTemporaryDirectory()
+        defer { _ = try? runProgram(["rm", "-rf", outside]) }
+        try FileManager.default.createDirectory(atPath: outside + "/dir", withIntermediateDirectories: true)
+        try Data("precious".utf8).write(to: URL(fileURLWithPath: outside + "/dir/file"))
+        try Data("precious".utf8).write(to: URL(fileURLWithPath: outside + "/file"))
+        let digest = try treeDigest(outside)
+        try withMountedContainer { container in
+            symlink(outside + "/dir", container.mounted("Library/Caches/dirlink"))
+            symlink(outside + "/file", container.mounted("Library/Caches/filelink"))
+            symlink(outside, container.mounted("tmp/link"))
+            try Purging.write(container.mounted("Library/Caches/real"), size: 10)
+            let result = try Purging.purge([container], ["--caches", "--tmp", "--include-running"])
+            #expect(result.paths == ["Library/Caches/real"])
+            #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG", "dirlink", "filelink"])
+        }
+        #expect(try treeDigest(outside) == digest)
+    }
+
+    @Test func badArgumentsAndMissingStoresGiveOneLine() throws {
+        let container = try MountedContainer()
+        let cases: [([String], Int32, String)] = [
+            ([container.store, "--caches", "--free", "12Q"], 64, "bad size '12Q'"),
+            ([container.store, "--caches", "--free=-5"], 64, "bad size"),
+            ([container.store, "--caches", "--older-than", "3y"], 64, "bad duration '3y'"),
+            ([container.store], 64, "--caches"),
+            ([container.store, "--caches", "--all", "--free", "1K"], 64, "--all and --free"),
+            ([container.base + "/missing", "--caches"], 1, "no store at \(container.base)/missing"),
+            ([container.base, "--caches"], 1, "not a container store"),
+        ]
+        for (arguments, status, message) in cases {
+            let result = try containerfs(["purge"] + arguments)
+            #expect(result.status == status, "\(arguments): \(result)")
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(arguments): \(result.stderr)")
+            #expect(result.stdout.isEmpty)
+        }
+    }
+}
+
+/// Helpers for the purge, tag and usage tests.
+enum Purging {
+    /// What `containerfs purge … --json` reported.
+    struct Result {
+        var json: [String: Any]
+        var deleted: [[String: Any]] { json["deleted"] as? [[String: Any]] ?? [] }
+        var paths: [String] { deleted.map { $0["path"] as? String ?? "?" } }
+        var stores: [String] { deleted.map { $0["store"] as? String ?? "?" } }
+        var freed: Int { json["freedBytes"] as? Int ?? -1 }
+    }
+
+    /// Runs `containerfs purge STORES… ARGUMENTS --json` and expects success.
+    static func purge(_ containers: [MountedContainer], _ arguments: [String]) throws -> Result {
+        let result = try containerfs(["purge"] + containers.map(\.store) + arguments + ["--json"])
+        guard result.status == 0 else { throw TestFailure("containerfs purge failed: \(result)") }
+        guard let json = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] else {
+            throw TestFailure("purge printed no JSON object: \(result)")
+        }
+        return Result(json: json)
+    }
+
+    /// Creates (or replaces) `path` with `size` bytes.
+    static func write(_ path: String, size: Int) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        guard writeAll(fd, count: size) else { throw TestFailure("write \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    /// Writes `count` bytes of `x` to `fd`.
+    static func writeAll(_ fd: Int32, count: Int) -> Bool {
+        let bytes = [UInt8](repeating: UInt8(ascii: "x"), count: count)
+        var offset = 0
+        while offset < count {
+            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, count - offset) }
+            if written <= 0 { return false }
+            offset += written
+        }
+        return true
+    }
+
+    /// Uses an existing file as a program would: open it, read it whole, close it.
+    static func read(_ path: String) throws {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while buffer.withUnsafeMutableBytes({ Glibc.read(fd, $0.baseAddress, $0.count) }) > 0 {}
+    }
+
+    /// Appends one byte to an existing file.
+    static func append(_ path: String) throws {
+        let fd = open(path, O_WRONLY | O_APPEND)
+        guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        _ = writeAll(fd, count: 1)
+    }
+
+    /// Opens and closes a file without reading it.
+    static func touchOpen(_ path: String) throws {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
+        close(fd)
+    }
+
+    /// The names in a folder, sorted; empty if it cannot be read.
+    static func listing(_ path: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
+    }
+
+    static func size(_ path: String) -> Int {
+        var info = stat()
+        return lstat(path, &info) == 0 ? Int(info.st_size) : -1
+    }
+
+    /// Puts user data in every backed-up folder through the mount, and a delivered file
+    /// in the Inbox, for `userDataDigest` to watch.
+    static func seedUserData(_ container: MountedContainer) throws {
+        for path in ["Documents/notes.txt", "Documents/sub/deep.bin", "Library/own.db",
+                     "Library/Application Support/state.json", "Library/Preferences/prefs.plist"] {
+            try write(container.mounted(path), size: 321)
+        }
+        let source = container.base + "/handed-over.pdf"
+        try Data(repeating: 0x25, count: 99).write(to: URL(fileURLWithPath: source))
+        let delivered = try containerfs(["deliver", container.store, source])
+        guard delivered.status == 0 else { throw TestFailure("deliver failed: \(delivered)") }
+    }
+
+    /// The user's data and the bundle, in the store: what no purge may change.
+    static func userDataDigest(_ container: MountedContainer) throws -> String {
+        let folders = ["Documents", "Documents/Inbox", "Library", "Library/Application Support", "Library/Preferences"]
+        var digest = try treeDigest(container.stored(container.bundleName))
+        for folder in folders {
+            // Library's own digest leaves Caches out: that is what purge changes.
+            let result = try runProgram(["sh", "-c", """
+                cd "$1" && find . -path ./Caches -prune -o -path ./Inbox -prune -o -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F %Y' \
+                && find . -path ./Caches -prune -o -path ./Inbox -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum
+                """, "sh", container.stored(folder)])
+            digest += folder + ":\n" + result.stdout
+        }
+        return digest
+    }
+
+    /// The daemon's pid: the first line of the store's mount lock.
+    static func daemonPID(_ container: MountedContainer) throws -> pid_t {
+        let text = try String(contentsOfFile: container.stored(".containerfs/mount.lock"), encoding: .utf8)
+        guard let pid = pid_t(text.split(separator: "\n").first ?? "") else { throw TestFailure("no pid in mount.lock: \(text)") }
+        return pid
+    }
+}
