@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// The kernel's table of mounts, as `/proc/self/mountinfo` shows it.
 public struct MountEntry: Sendable, Equatable {
@@ -14,8 +15,20 @@ public struct MountEntry: Sendable, Equatable {
 
     /// The mounts now, parsed from `/proc/self/mountinfo`.
     public static func all() -> [MountEntry] {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { parse(String($0)) }
+        // Read to the end: /proc files report size 0, and Foundation's file reading stops
+        // after the first page, losing mounts when there are many.
+        let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 { break }
+            bytes += chunk[0..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { parse(String($0)) }
     }
 
     /// One mountinfo line: `id parent major:minor root MOUNTPOINT options… - TYPE SOURCE superoptions`.
