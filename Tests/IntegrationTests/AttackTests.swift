@@ -7,6 +7,7 @@ import Testing
 /// renames over the bundle or the structure, `O_RDONLY|O_TRUNC`, and the store's own files.
 @Suite("Attacks")
 struct AttackTests {
+    /// An `EPERM` denial of `operation` on `paths`, by default the bundle's.
     static func bundleDenial(_ operation: String, _ paths: [String], _ areas: [String], rule: String = "bundleIsReadOnly") -> Denial {
         Denial(errno: EPERM, operation: operation, paths: paths, areas: areas, rule: rule)
     }
@@ -23,21 +24,30 @@ struct AttackTests {
                 ("Demo.app/res/data.txt", "Library/Caches/data.txt", "cache"),
                 ("Demo.app/res/data.txt", "tmp/data.txt", "temporary"),
             ] {
-                try probe.denied("link \(source) → \(target)",
-                                 Self.bundleDenial("link", [source, target], ["bundle", targetArea], rule: "linkWouldExposeReadOnlyFile"),
-                                 watching: [target]) {
+                try probe.denied(
+                    "link \(source) → \(target)",
+                    Self.bundleDenial("link", [source, target], ["bundle", targetArea], rule: "linkWouldExposeReadOnlyFile"),
+                    watching: [target]
+                ) {
                     outcome(link(m(source), m(target)))
                 }
             }
             // A hard link to the bundle's symlink would be a second name for it as well.
-            try probe.denied("link Demo.app/link", Self.bundleDenial("link", ["Demo.app/link", "Documents/link"], ["bundle", "data"],
-                                                                     rule: "linkWouldExposeReadOnlyFile"), watching: ["Documents/link"]) {
+            try probe.denied(
+                "link Demo.app/link",
+                Self.bundleDenial(
+                    "link", ["Demo.app/link", "Documents/link"], ["bundle", "data"],
+                    rule: "linkWouldExposeReadOnlyFile"), watching: ["Documents/link"]
+            ) {
                 outcome(linkat(AT_FDCWD, m("Demo.app/link"), AT_FDCWD, m("Documents/link"), 0))
             }
-            try probe.denied("link from the inbox",
-                             Denial(errno: EACCES, operation: "link", paths: ["Documents/Inbox/handed.txt", "Documents/handed.txt"],
-                                    areas: ["inbox", "data"], rule: "inboxIsReadDeleteOnly"),
-                             watching: ["Documents/handed.txt", "Documents/Inbox/handed.txt"]) {
+            try probe.denied(
+                "link from the inbox",
+                Denial(
+                    errno: EACCES, operation: "link", paths: ["Documents/Inbox/handed.txt", "Documents/handed.txt"],
+                    areas: ["inbox", "data"], rule: "inboxIsReadDeleteOnly"),
+                watching: ["Documents/handed.txt", "Documents/Inbox/handed.txt"]
+            ) {
                 outcome(link(m("Documents/Inbox/handed.txt"), m("Documents/handed.txt")))
             }
             // ln, as a program would do it.
@@ -88,15 +98,20 @@ struct AttackTests {
 
     /// Every write through `file` (a symlink to `Demo.app/Info.plist`) and into `directory`
     /// (a symlink to `Demo.app`) reaches the bundle's real path, and is denied there.
-    func expectWritesThroughSymlinksDenied(_ probe: Probe, file: String, directory: String,
-                                           sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectWritesThroughSymlinksDenied(
+        _ probe: Probe, file: String, directory: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let m = probe.container.mounted
         let plist = ["Demo.app/Info.plist"]
         let watched = [file, directory]
-        func denied(_ label: String, _ operation: String, _ paths: [String] = plist, _ areas: [String] = ["bundle"],
-                    _ call: () -> Int32) throws {
-            try probe.denied("\(label) via \(file)", Self.bundleDenial(operation, paths, areas), watching: watched,
-                             sourceLocation: sourceLocation, call)
+        func denied(
+            _ label: String, _ operation: String, _ paths: [String] = plist, _ areas: [String] = ["bundle"],
+            _ call: () -> Int32
+        ) throws {
+            try probe.denied(
+                "\(label) via \(file)", Self.bundleDenial(operation, paths, areas), watching: watched,
+                sourceLocation: sourceLocation, call)
         }
         try denied("open O_WRONLY", "open") { withOpened(m(file), O_WRONLY) { writeAll($0, bytes("pwned")) } }
         try denied("open O_RDWR", "open") { withOpened(m(file), O_RDWR) }
@@ -131,13 +146,17 @@ struct AttackTests {
         }) { container in
             let probe = try Probe(container)
             let link = container.mounted("Demo.app/link")
-            func denied(_ label: String, _ operation: String, _ paths: [String] = ["Demo.app/link"], _ areas: [String] = ["bundle"],
-                        _ call: () -> Int32) throws {
+            func denied(
+                _ label: String, _ operation: String, _ paths: [String] = ["Demo.app/link"], _ areas: [String] = ["bundle"],
+                _ call: () -> Int32
+            ) throws {
                 try probe.denied(label, Self.bundleDenial(operation, paths, areas), watching: ["Demo.app/link", "Documents/file"], call)
             }
             #expect(linkTarget(link) == "Info.plist")
             try denied("lchown", "chown") { outcome(lchown(link, 1000, 1000)) }
-            try denied("utimensat without following", "utimens") { outcome(utimensat(AT_FDCWD, link, times(1_000_000_000), AT_SYMLINK_NOFOLLOW)) }
+            try denied("utimensat without following", "utimens") {
+                outcome(utimensat(AT_FDCWD, link, times(1_000_000_000), AT_SYMLINK_NOFOLLOW))
+            }
             try denied("lsetxattr", "setxattr") { outcome(lsetxattr(link, "trusted.x", "1", 1, 0)) }
             try denied("unlink", "unlink") { outcome(unlink(link)) }
             try denied("rename over it", "rename", ["Documents/file", "Demo.app/link"], ["data", "bundle"]) {
@@ -175,20 +194,29 @@ struct AttackTests {
             try denied("a folder over a bundle folder", "Documents/dir", "Demo.app/res", ["data", "bundle"], "bundleIsReadOnly")
             try denied("the bundle into Documents", "Demo.app", "Documents/Demo.app", ["bundle", "data"], "bundleIsReadOnly")
             try denied("the bundle to another name", "Demo.app", "Other.app", ["bundle", "structure"], "bundleIsReadOnly")
-            try denied("exchange a file with a bundle file", "Documents/file", "Demo.app/Info.plist", ["data", "bundle"], "bundleIsReadOnly", exchange: true)
-            try denied("exchange a folder with the bundle", "Documents/Fake.app", "Demo.app", ["data", "bundle"], "bundleIsReadOnly", exchange: true)
+            try denied(
+                "exchange a file with a bundle file", "Documents/file", "Demo.app/Info.plist", ["data", "bundle"], "bundleIsReadOnly",
+                exchange: true)
+            try denied(
+                "exchange a folder with the bundle", "Documents/Fake.app", "Demo.app", ["data", "bundle"], "bundleIsReadOnly",
+                exchange: true)
             try denied("a folder over Library/Caches", "Documents/dir", "Library/Caches", ["data", "structure"], "structureIsFixed")
             try denied("a folder over Documents/Inbox", "Documents/dir", "Documents/Inbox", ["data", "structure"], "structureIsFixed")
             try denied("a folder over Documents", "tmp/Documents", "Documents", ["temporary", "structure"], "structureIsFixed")
             try denied("Library/Caches away", "Library/Caches", "Documents/Caches", ["structure", "data"], "structureIsFixed")
             try denied("Documents to another name", "Documents", "Docs", ["structure", "structure"], "structureIsFixed")
-            try denied("exchange a folder with Library/Caches", "Documents/dir", "Library/Caches", ["data", "structure"], "structureIsFixed", exchange: true)
-            try denied("exchange Documents with Library", "Documents", "Library", ["structure", "structure"], "structureIsFixed", exchange: true)
+            try denied(
+                "exchange a folder with Library/Caches", "Documents/dir", "Library/Caches", ["data", "structure"], "structureIsFixed",
+                exchange: true)
+            try denied(
+                "exchange Documents with Library", "Documents", "Library", ["structure", "structure"], "structureIsFixed", exchange: true)
 
             let mv = try runProgram(["mv", "-T", m("Documents/Fake.app"), m("Demo.app")])
             #expect(mv.status != 0, "mv -T over the bundle: \(mv)")
             _ = try probe.takeAuditRecords(atLeast: 1)
-            for directory in ["Documents", "Documents/Inbox", "Library", "Library/Caches", "Library/Preferences", "Library/Application Support", "tmp"] {
+            for directory in [
+                "Documents", "Documents/Inbox", "Library", "Library/Caches", "Library/Preferences", "Library/Application Support", "tmp",
+            ] {
                 #expect(status(container.stored(directory)).map { $0.st_mode & S_IFMT == S_IFDIR } == true, "\(directory) is gone")
             }
             #expect(contents(container.stored("Documents/Fake.app/Info.plist")) == bytes("<plist>fake</plist>\n"))
@@ -248,28 +276,38 @@ struct AttackTests {
             try probe.denied("mkdir it", reserved("mkdir")) { outcome(mkdir(m(".containerfs"), 0o755)) }
             try probe.denied("create it", reserved("create")) { withOpened(m(".containerfs"), O_CREAT | O_WRONLY) }
             try probe.denied("symlink it", reserved("symlink")) { outcome(symlink("Documents", m(".containerfs"))) }
-            try probe.denied("rename a folder onto it", reserved("rename", ["Documents/dir", ".containerfs"], ["data", "structure"]),
-                             watching: ["Documents/dir"]) {
+            try probe.denied(
+                "rename a folder onto it", reserved("rename", ["Documents/dir", ".containerfs"], ["data", "structure"]),
+                watching: ["Documents/dir"]
+            ) {
                 outcome(rename(m("Documents/dir"), m(".containerfs")))
             }
-            try probe.denied("rename a file onto it", reserved("rename", ["Documents/file", ".containerfs"], ["data", "structure"]),
-                             watching: ["Documents/file"]) {
+            try probe.denied(
+                "rename a file onto it", reserved("rename", ["Documents/file", ".containerfs"], ["data", "structure"]),
+                watching: ["Documents/file"]
+            ) {
                 outcome(rename(m("Documents/file"), m(".containerfs")))
             }
-            try probe.denied("link onto it", reserved("link", ["Documents/file", ".containerfs"], ["data", "structure"]),
-                             watching: ["Documents/file"]) {
+            try probe.denied(
+                "link onto it", reserved("link", ["Documents/file", ".containerfs"], ["data", "structure"]),
+                watching: ["Documents/file"]
+            ) {
                 outcome(link(m("Documents/file"), m(".containerfs")))
             }
             // The state folder is still the store's, and still works.
             // (The denials above started its audit log.)
             let stateAfter = try runProgram(["ls", "-A", container.stored(".containerfs")]).stdout
-            #expect(Set(stateAfter.split(separator: "\n")).subtracting(["audit.log"]) == Set(stateBefore.split(separator: "\n")).subtracting(["audit.log"]),
-                    "the state folder changed: \(stateBefore) → \(stateAfter)")
+            #expect(
+                Set(stateAfter.split(separator: "\n")).subtracting(["audit.log"])
+                    == Set(stateBefore.split(separator: "\n")).subtracting(["audit.log"]),
+                "the state folder changed: \(stateBefore) → \(stateAfter)")
             #expect(try containerfs(["audit", container.store]).status == 0)
 
             // The name means nothing elsewhere.
             probe.allowed("Documents/.containerfs is ordinary") { outcome(mkdir(m("Documents/.containerfs"), 0o755)) }
-            probe.allowed("a file in it") { withOpened(m("Documents/.containerfs/audit.log"), O_CREAT | O_WRONLY) { writeAll($0, bytes("mine")) } }
+            probe.allowed("a file in it") {
+                withOpened(m("Documents/.containerfs/audit.log"), O_CREAT | O_WRONLY) { writeAll($0, bytes("mine")) }
+            }
             #expect(contents(container.stored("Documents/.containerfs/audit.log")) == bytes("mine"))
             try probe.finish()
         }
@@ -291,17 +329,24 @@ struct AttackTests {
             probe.fails("open", with: ENOENT) { withOpened(m(tag), O_RDONLY) }
             probe.fails("unlink", with: ENOENT) { outcome(unlink(m(tag))) }
             probe.fails("rename away", with: ENOENT) { outcome(rename(m(tag), m("\(directory)/moved"))) }
-            try probe.denied("create", Denial(errno: EPERM, operation: "create", paths: [tag], areas: ["structure"], rule: "nameIsReserved")) {
+            try probe.denied(
+                "create", Denial(errno: EPERM, operation: "create", paths: [tag], areas: ["structure"], rule: "nameIsReserved")
+            ) {
                 withOpened(m(tag), O_CREAT | O_WRONLY)
             }
-            try probe.denied("rename onto", Denial(errno: EPERM, operation: "rename", paths: ["\(directory)/file", tag], areas: [area, "structure"],
-                                                    rule: "nameIsReserved"), watching: ["\(directory)/file"]) {
+            try probe.denied(
+                "rename onto",
+                Denial(
+                    errno: EPERM, operation: "rename", paths: ["\(directory)/file", tag], areas: [area, "structure"],
+                    rule: "nameIsReserved"), watching: ["\(directory)/file"]
+            ) {
                 outcome(rename(m("\(directory)/file"), m(tag)))
             }
             #expect(nodeState(container.stored(tag)) == stored, "the store's tag changed")
             // Deeper down, or elsewhere, the name is ordinary.
             probe.allowed("in a subfolder") {
-                outcome(mkdir(m("\(directory)/sub"), 0o755)) == 0 ? withOpened(m("\(directory)/sub/CACHEDIR.TAG"), O_CREAT | O_WRONLY) : errno
+                outcome(mkdir(m("\(directory)/sub"), 0o755)) == 0
+                    ? withOpened(m("\(directory)/sub/CACHEDIR.TAG"), O_CREAT | O_WRONLY) : errno
             }
             probe.allowed("in Documents") { withOpened(m("Documents/CACHEDIR.TAG"), O_CREAT | O_WRONLY) }
             try probe.finish()

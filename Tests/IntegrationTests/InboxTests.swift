@@ -28,6 +28,7 @@ struct InboxTests {
         try putInStore(container, "tmp/temp.txt", "temp\n")
     }
 
+    /// The inbox's denial of `operation` on `paths`.
     static func inboxDenial(_ operation: String, _ paths: [String], _ areas: [String]) -> Denial {
         Denial(errno: EACCES, operation: operation, paths: paths, areas: areas, rule: "inboxIsReadDeleteOnly")
     }
@@ -57,9 +58,11 @@ struct InboxTests {
             // Emptied, the inbox itself stays: it is part of the structure.
             let emptied = try runProgram(["sh", "-c", "rm -rf \"$1\"/* && ls -A \"$1\"", "sh", m("Documents/Inbox")])
             #expect(emptied.status == 0 && emptied.stdout.isEmpty, "emptying the inbox: \(emptied)")
-            try probe.denied("rmdir the empty inbox",
-                             Denial(errno: EPERM, operation: "rmdir", paths: ["Documents/Inbox"], areas: ["structure"], rule: "structureIsFixed"),
-                             watching: ["Documents/Inbox"]) {
+            try probe.denied(
+                "rmdir the empty inbox",
+                Denial(errno: EPERM, operation: "rmdir", paths: ["Documents/Inbox"], areas: ["structure"], rule: "structureIsFixed"),
+                watching: ["Documents/Inbox"]
+            ) {
                 outcome(rmdir(m("Documents/Inbox")))
             }
             #expect(status(container.stored("Documents/Inbox")).map { $0.st_mode & S_IFMT == S_IFDIR } == true)
@@ -98,7 +101,9 @@ struct InboxTests {
             probe.allowed("fchmod through a descriptor opened before the move") { outcome(fchmod(early, 0o640)) }
             #expect(status(s("Documents/photos/sub/b.jpg")).map { $0.st_mode & 0o7777 } == 0o640)
             probe.allowed("write inside it") { withOpened(m("Documents/photos/a.jpg"), O_WRONLY | O_TRUNC) { writeAll($0, bytes("A2")) } }
-            probe.allowed("create inside it") { withOpened(m("Documents/photos/new.jpg"), O_CREAT | O_EXCL | O_WRONLY) { writeAll($0, bytes("N")) } }
+            probe.allowed("create inside it") {
+                withOpened(m("Documents/photos/new.jpg"), O_CREAT | O_EXCL | O_WRONLY) { writeAll($0, bytes("N")) }
+            }
             probe.allowed("mkdir inside it") { outcome(mkdir(m("Documents/photos/sub/more"), 0o755)) }
             probe.allowed("delete inside it") { outcome(unlink(m("Documents/photos/sub/b.jpg"))) }
             #expect(contents(s("Documents/photos/a.jpg")) == bytes("A2"))
@@ -113,8 +118,12 @@ struct InboxTests {
             probe.allowed("rename out to Preferences") {
                 outcome(rename(m("Documents/Inbox/to-preferences.txt"), m("Library/Preferences/to-preferences.txt")))
             }
-            probe.allowed("rename out over an existing file") { outcome(rename(m("Documents/Inbox/over.txt"), m("Documents/existing.txt"))) }
-            probe.allowed("edit in Caches") { withOpened(m("Library/Caches/to-caches.txt"), O_WRONLY | O_APPEND) { writeAll($0, bytes("+")) } }
+            probe.allowed("rename out over an existing file") {
+                outcome(rename(m("Documents/Inbox/over.txt"), m("Documents/existing.txt")))
+            }
+            probe.allowed("edit in Caches") {
+                withOpened(m("Library/Caches/to-caches.txt"), O_WRONLY | O_APPEND) { writeAll($0, bytes("+")) }
+            }
             #expect(contents(s("Library/Caches/to-caches.txt")) == bytes("to-caches\n+"))
             #expect(contents(s("tmp/to-tmp.txt")) == bytes("to-tmp\n"))
             #expect(contents(s("Library/Preferences/to-preferences.txt")) == bytes("to-preferences\n"))
@@ -134,14 +143,19 @@ struct InboxTests {
         try withMountedContainer(beforeMounting: Self.deliver) { container in
             let probe = try Probe(container)
             let m = container.mounted
-            let watched = ["Documents/Inbox", "Documents/Inbox/photos", "Documents/mine.txt", "Documents/folder", "Documents/Inbox/report.txt"]
+            let watched = [
+                "Documents/Inbox", "Documents/Inbox/photos", "Documents/mine.txt", "Documents/folder", "Documents/Inbox/report.txt",
+            ]
             func denied(_ label: String, _ operation: String, _ paths: [String], _ areas: [String], _ call: () -> Int32) throws {
                 try probe.denied(label, Self.inboxDenial(operation, paths, areas), watching: watched + paths, call)
             }
             try denied("rename a file in", "rename", ["Documents/mine.txt", "Documents/Inbox/mine.txt"], ["data", "inbox"]) {
                 outcome(rename(m("Documents/mine.txt"), m("Documents/Inbox/mine.txt")))
             }
-            try denied("rename a file into a folder of the inbox", "rename", ["Documents/mine.txt", "Documents/Inbox/photos/mine.txt"], ["data", "inbox"]) {
+            try denied(
+                "rename a file into a folder of the inbox", "rename", ["Documents/mine.txt", "Documents/Inbox/photos/mine.txt"],
+                ["data", "inbox"]
+            ) {
                 outcome(rename(m("Documents/mine.txt"), m("Documents/Inbox/photos/mine.txt")))
             }
             try denied("rename a folder in", "rename", ["Documents/folder", "Documents/Inbox/folder"], ["data", "inbox"]) {
@@ -150,14 +164,20 @@ struct InboxTests {
             try denied("rename from Caches in", "rename", ["Library/Caches/cached.txt", "Documents/Inbox/cached.txt"], ["cache", "inbox"]) {
                 outcome(rename(m("Library/Caches/cached.txt"), m("Documents/Inbox/cached.txt")))
             }
-            try denied("rename from tmp over an inbox file", "rename", ["tmp/temp.txt", "Documents/Inbox/report.txt"], ["temporary", "inbox"]) {
+            try denied(
+                "rename from tmp over an inbox file", "rename", ["tmp/temp.txt", "Documents/Inbox/report.txt"], ["temporary", "inbox"]
+            ) {
                 outcome(rename(m("tmp/temp.txt"), m("Documents/Inbox/report.txt")))
             }
             try denied("RENAME_NOREPLACE in", "rename", ["Documents/mine.txt", "Documents/Inbox/mine.txt"], ["data", "inbox"]) {
-                outcome(clinux_renameat2(AT_FDCWD, m("Documents/mine.txt"), AT_FDCWD, m("Documents/Inbox/mine.txt"), clinux_RENAME_NOREPLACE))
+                outcome(
+                    clinux_renameat2(AT_FDCWD, m("Documents/mine.txt"), AT_FDCWD, m("Documents/Inbox/mine.txt"), clinux_RENAME_NOREPLACE))
             }
-            try denied("RENAME_EXCHANGE with an inbox file", "rename", ["Documents/mine.txt", "Documents/Inbox/report.txt"], ["data", "inbox"]) {
-                outcome(clinux_renameat2(AT_FDCWD, m("Documents/mine.txt"), AT_FDCWD, m("Documents/Inbox/report.txt"), clinux_RENAME_EXCHANGE))
+            try denied(
+                "RENAME_EXCHANGE with an inbox file", "rename", ["Documents/mine.txt", "Documents/Inbox/report.txt"], ["data", "inbox"]
+            ) {
+                outcome(
+                    clinux_renameat2(AT_FDCWD, m("Documents/mine.txt"), AT_FDCWD, m("Documents/Inbox/report.txt"), clinux_RENAME_EXCHANGE))
             }
             try denied("hard link in", "link", ["Documents/mine.txt", "Documents/Inbox/mine.txt"], ["data", "inbox"]) {
                 outcome(link(m("Documents/mine.txt"), m("Documents/Inbox/mine.txt")))
@@ -173,12 +193,17 @@ struct InboxTests {
             }
             try denied("mkdir", "mkdir", ["Documents/Inbox/dir"], ["inbox"]) { outcome(mkdir(m("Documents/Inbox/dir"), 0o755)) }
             try denied("mkfifo", "mknod", ["Documents/Inbox/fifo"], ["inbox"]) { outcome(mkfifo(m("Documents/Inbox/fifo"), 0o644)) }
-            try denied("symlink", "symlink", ["Documents/Inbox/link"], ["inbox"]) { outcome(symlink("../mine.txt", m("Documents/Inbox/link"))) }
+            try denied("symlink", "symlink", ["Documents/Inbox/link"], ["inbox"]) {
+                outcome(symlink("../mine.txt", m("Documents/Inbox/link")))
+            }
             // Moving within the inbox puts a file into it.
             try denied("rename within", "rename", ["Documents/Inbox/report.txt", "Documents/Inbox/renamed.txt"], ["inbox", "inbox"]) {
                 outcome(rename(m("Documents/Inbox/report.txt"), m("Documents/Inbox/renamed.txt")))
             }
-            try denied("rename into a folder of the inbox", "rename", ["Documents/Inbox/report.txt", "Documents/Inbox/photos/report.txt"], ["inbox", "inbox"]) {
+            try denied(
+                "rename into a folder of the inbox", "rename", ["Documents/Inbox/report.txt", "Documents/Inbox/photos/report.txt"],
+                ["inbox", "inbox"]
+            ) {
                 outcome(rename(m("Documents/Inbox/report.txt"), m("Documents/Inbox/photos/report.txt")))
             }
             #expect(status(container.stored("Documents/mine.txt")) != nil)
@@ -226,33 +251,48 @@ struct InboxTests {
             func bundle(_ operation: String, _ paths: [String], _ areas: [String]) -> Denial {
                 Denial(errno: EPERM, operation: operation, paths: paths, areas: areas, rule: "bundleIsReadOnly")
             }
-            try probe.denied("rename inbox → bundle", bundle("rename", ["Documents/Inbox/evil.txt", "Demo.app/evil.txt"], ["inbox", "bundle"]),
-                             watching: ["Documents/Inbox/evil.txt"]) {
+            try probe.denied(
+                "rename inbox → bundle", bundle("rename", ["Documents/Inbox/evil.txt", "Demo.app/evil.txt"], ["inbox", "bundle"]),
+                watching: ["Documents/Inbox/evil.txt"]
+            ) {
                 outcome(rename(m("Documents/Inbox/evil.txt"), m("Demo.app/evil.txt")))
             }
-            try probe.denied("rename inbox → over a bundle file",
-                             bundle("rename", ["Documents/Inbox/evil.txt", "Demo.app/res/data.txt"], ["inbox", "bundle"]),
-                             watching: ["Documents/Inbox/evil.txt"]) {
+            try probe.denied(
+                "rename inbox → over a bundle file",
+                bundle("rename", ["Documents/Inbox/evil.txt", "Demo.app/res/data.txt"], ["inbox", "bundle"]),
+                watching: ["Documents/Inbox/evil.txt"]
+            ) {
                 outcome(rename(m("Documents/Inbox/evil.txt"), m("Demo.app/res/data.txt")))
             }
-            try probe.denied("exchange inbox ↔ bundle", bundle("rename", ["Documents/Inbox/evil.txt", "Demo.app/Info.plist"], ["inbox", "bundle"]),
-                             watching: ["Documents/Inbox/evil.txt"]) {
-                outcome(clinux_renameat2(AT_FDCWD, m("Documents/Inbox/evil.txt"), AT_FDCWD, m("Demo.app/Info.plist"), clinux_RENAME_EXCHANGE))
+            try probe.denied(
+                "exchange inbox ↔ bundle", bundle("rename", ["Documents/Inbox/evil.txt", "Demo.app/Info.plist"], ["inbox", "bundle"]),
+                watching: ["Documents/Inbox/evil.txt"]
+            ) {
+                outcome(
+                    clinux_renameat2(AT_FDCWD, m("Documents/Inbox/evil.txt"), AT_FDCWD, m("Demo.app/Info.plist"), clinux_RENAME_EXCHANGE))
             }
-            try probe.denied("link inbox → bundle", bundle("link", ["Documents/Inbox/evil.txt", "Demo.app/evil.txt"], ["inbox", "bundle"]),
-                             watching: ["Documents/Inbox/evil.txt"]) {
+            try probe.denied(
+                "link inbox → bundle", bundle("link", ["Documents/Inbox/evil.txt", "Demo.app/evil.txt"], ["inbox", "bundle"]),
+                watching: ["Documents/Inbox/evil.txt"]
+            ) {
                 outcome(link(m("Documents/Inbox/evil.txt"), m("Demo.app/evil.txt")))
             }
-            try probe.denied("rename inbox → root",
-                             Denial(errno: EPERM, operation: "rename", paths: ["Documents/Inbox/evil2.txt", "evil2.txt"],
-                                    areas: ["inbox", "structure"], rule: "structureIsFixed"),
-                             watching: ["Documents/Inbox/evil2.txt", "evil2.txt"]) {
+            try probe.denied(
+                "rename inbox → root",
+                Denial(
+                    errno: EPERM, operation: "rename", paths: ["Documents/Inbox/evil2.txt", "evil2.txt"],
+                    areas: ["inbox", "structure"], rule: "structureIsFixed"),
+                watching: ["Documents/Inbox/evil2.txt", "evil2.txt"]
+            ) {
                 outcome(rename(m("Documents/Inbox/evil2.txt"), m("evil2.txt")))
             }
-            try probe.denied("rename inbox → over a standard directory",
-                             Denial(errno: EPERM, operation: "rename", paths: ["Documents/Inbox/photos", "Library/Caches"],
-                                    areas: ["inbox", "structure"], rule: "structureIsFixed"),
-                             watching: ["Documents/Inbox/photos", "Library/Caches"]) {
+            try probe.denied(
+                "rename inbox → over a standard directory",
+                Denial(
+                    errno: EPERM, operation: "rename", paths: ["Documents/Inbox/photos", "Library/Caches"],
+                    areas: ["inbox", "structure"], rule: "structureIsFixed"),
+                watching: ["Documents/Inbox/photos", "Library/Caches"]
+            ) {
                 outcome(rename(m("Documents/Inbox/photos"), m("Library/Caches")))
             }
             #expect(contents(container.stored("Documents/Inbox/evil.txt")) == bytes("evil\n"))
@@ -280,7 +320,8 @@ struct InboxTests {
                 let records = try probe.takeAuditRecords(atLeast: 1)
                 #expect(!records.isEmpty, "\(arguments.joined(separator: " ")): no audit record")
                 for record in records {
-                    #expect(record["errno"] as? String == "EACCES" && record["rule"] as? String == "inboxIsReadDeleteOnly"
+                    #expect(
+                        record["errno"] as? String == "EACCES" && record["rule"] as? String == "inboxIsReadDeleteOnly"
                             && record["process"] as? String == process, "\(arguments.joined(separator: " ")): \(record)")
                 }
             }

@@ -20,6 +20,7 @@ struct NameTests {
         return writeAll(fd, bytes(text))
     }
 
+    /// Names in byte order, as `listingAsBytes` gives them.
     static func sorted(_ names: [[UInt8]]) -> [[UInt8]] {
         names.sorted { $0.lexicographicallyPrecedes($1) }
     }
@@ -117,8 +118,12 @@ struct NameTests {
                 (bytes("a\\xe9"), "Demo.app/a\\\\xe9"),  // the text \xe9, not the byte
             ]
             for (name, printed) in cases {
-                try probe.denied("create \(printed)", Denial(errno: EPERM, operation: "create", paths: [printed], areas: ["bundle"],
-                                                             rule: "bundleIsReadOnly")) {
+                try probe.denied(
+                    "create \(printed)",
+                    Denial(
+                        errno: EPERM, operation: "create", paths: [printed], areas: ["bundle"],
+                        rule: "bundleIsReadOnly")
+                ) {
                     Self.create(bundle, name, "x")
                 }
             }
@@ -137,7 +142,9 @@ struct NameTests {
             #expect(ascii.count == 255 && accented.count == 255)
             probe.allowed("create 255 bytes") { Self.create(here, ascii, "long") }
             probe.allowed("create 255 bytes of é") { Self.create(here, accented, "accented") }
-            probe.allowed("rename to another 255-byte name") { outcome(rename(cPath(Self.join(here, ascii)), cPath(Self.join(here, other)))) }
+            probe.allowed("rename to another 255-byte name") {
+                outcome(rename(cPath(Self.join(here, ascii)), cPath(Self.join(here, other))))
+            }
             probe.allowed("mkdir 255 bytes") { outcome(mkdir(cPath(Self.join(here, ascii)), 0o755)) }
             let longFolder = here + "/" + String(repeating: "a", count: 255)
             probe.allowed("symlink 255 bytes") { outcome(symlink("x", cPath(Self.join(longFolder, ascii)))) }
@@ -203,7 +210,8 @@ struct NameTests {
             }
             probe.fails("one byte more is the kernel's ENAMETOOLONG", with: ENAMETOOLONG) { withOpened(file + "x", O_CREAT | O_WRONLY) }
             // The same path in the store is longer than PATH_MAX: the daemon must work relative to descriptors.
-            #expect(try Self.readStored(container.stored("Documents/deep"), components + [String(repeating: "g", count: name.utf8.count)])
+            #expect(
+                try Self.readStored(container.stored("Documents/deep"), components + [String(repeating: "g", count: name.utf8.count)])
                     == "at the limit")
 
             // Deeper, through descriptors: about twice PATH_MAX.

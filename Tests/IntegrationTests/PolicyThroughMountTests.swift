@@ -23,8 +23,11 @@ struct AreaUnderTest: Sendable, CustomTestStringConvertible {
     let rules: Rules
     var testDescription: String { name }
 
+    /// `Demo.app` and below.
     static let bundle = AreaUnderTest(name: "bundle", directory: "Demo.app", area: "bundle", rules: .bundle)
+    /// Below `Documents/Inbox`.
     static let inbox = AreaUnderTest(name: "inbox", directory: "Documents/Inbox", area: "inbox", rules: .inbox)
+    /// Data (`Documents`, `Library` and its two data folders), cache and temporary.
     static let writable = [
         AreaUnderTest(name: "Documents", directory: "Documents", area: "data", rules: .writable),
         AreaUnderTest(name: "Library", directory: "Library", area: "data", rules: .writable),
@@ -55,6 +58,7 @@ struct AreaUnderTest: Sendable, CustomTestStringConvertible {
 /// The nodes one attempt works on: a file and a folder in the area, a name there that does
 /// not exist, and a file and a free name in a writable folder outside it.
 struct Scene {
+    /// Which of the scene's nodes an attempt names.
     enum Role { case file, directory, fresh, outside, outsideFresh }
 
     let container: MountedContainer
@@ -95,6 +99,7 @@ struct Scene {
     /// Host path in the store.
     func s(_ relative: String) -> String { container.stored(relative) }
 
+    /// The container-relative path of `role`.
     func path(_ role: Role) -> String {
         switch role {
         case .file: file
@@ -105,6 +110,7 @@ struct Scene {
         }
     }
 
+    /// The audit log's area of `role`.
     func areaName(_ role: Role) -> String {
         switch role {
         case .file, .directory, .fresh: area.area
@@ -116,16 +122,24 @@ struct Scene {
 /// One operation tried in every area: what it does, which column it belongs to, what the
 /// audit log calls it and which nodes it names, and what the store shows when it succeeds.
 struct Attempt: Sendable, CustomTestStringConvertible {
+    /// The attempt's name, also the name of the files prepared for it.
     let slug: String
+    /// Its column of SPEC §2's table.
     let kind: OperationKind
+    /// The operation the audit log names for it when it is denied.
     let audited: String
+    /// The nodes it names, in the audit log's order.
     let names: [Scene.Role]
+    /// Does it; returns the errno, or 0.
     let act: @Sendable (Scene) -> Int32
+    /// Checks the store after it succeeded.
     let effect: @Sendable (Scene) -> Void
     var testDescription: String { slug }
 
-    init(_ slug: String, _ kind: OperationKind, audited: String, names: [Scene.Role],
-         act: @escaping @Sendable (Scene) -> Int32, effect: @escaping @Sendable (Scene) -> Void = { _ in }) {
+    init(
+        _ slug: String, _ kind: OperationKind, audited: String, names: [Scene.Role],
+        act: @escaping @Sendable (Scene) -> Int32, effect: @escaping @Sendable (Scene) -> Void = { _ in }
+    ) {
         self.slug = slug
         self.kind = kind
         self.audited = audited
@@ -141,278 +155,409 @@ private let setTime = 1_000_000_000
 /// Every operation of SPEC §2's mutation list, plus reads.
 let attempts: [Attempt] = [
     // Read, list, stat, getxattr: allowed everywhere.
-    Attempt("read", .read, audited: "", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDONLY) { fd in
-            #expect(readAll(fd) == s.original, "read \(s.file)")
-            return 0
-        }
-    }),
-    Attempt("stat", .read, audited: "", names: [.file], act: { s in
-        var info = stat()
-        let code = outcome(stat(s.m(s.file), &info))
-        #expect(code != 0 || info.st_size == s.original.count, "stat \(s.file)")
-        return code
-    }),
-    Attempt("readdir", .read, audited: "", names: [.file], act: { s in
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: s.m(s.area.directory))) ?? []
-        #expect(names.contains((s.file as NSString).lastPathComponent), "list \(s.area.directory): \(names)")
-        return 0
-    }),
-    Attempt("getxattr", .read, audited: "", names: [.file], act: { s in
-        if s.area.rules != .bundle {
-            #expect(extendedAttribute(s.m(s.file), "user.present") == bytes("yes"), "getxattr user.present")
-        }
-        var buffer = [UInt8](repeating: 0, count: 64)
-        let code = outcome(buffer.withUnsafeMutableBytes { getxattr(s.m(s.file), "user.missing", $0.baseAddress, $0.count) })
-        #expect(code == ENODATA, "a missing attribute is ENODATA, got \(errnoSymbol(code))")
-        return 0
-    }),
-    Attempt("copy_file_range-from", .read, audited: "", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDONLY) { input in
-            withOpened(s.m(s.outside), O_WRONLY | O_TRUNC) { output in
-                outcome(clinux_copy_file_range(input, nil, output, nil, 1 << 16, 0))
+    Attempt(
+        "read", .read, audited: "", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY) { fd in
+                #expect(readAll(fd) == s.original, "read \(s.file)")
+                return 0
             }
-        }
-    }, effect: { s in
-        #expect(contents(s.s(s.outside)) == s.original, "copied out of \(s.file)")
-    }),
+        }),
+    Attempt(
+        "stat", .read, audited: "", names: [.file],
+        act: { s in
+            var info = stat()
+            let code = outcome(stat(s.m(s.file), &info))
+            #expect(code != 0 || info.st_size == s.original.count, "stat \(s.file)")
+            return code
+        }),
+    Attempt(
+        "readdir", .read, audited: "", names: [.file],
+        act: { s in
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: s.m(s.area.directory))) ?? []
+            #expect(names.contains((s.file as NSString).lastPathComponent), "list \(s.area.directory): \(names)")
+            return 0
+        }),
+    Attempt(
+        "getxattr", .read, audited: "", names: [.file],
+        act: { s in
+            if s.area.rules != .bundle {
+                #expect(extendedAttribute(s.m(s.file), "user.present") == bytes("yes"), "getxattr user.present")
+            }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let code = outcome(buffer.withUnsafeMutableBytes { getxattr(s.m(s.file), "user.missing", $0.baseAddress, $0.count) })
+            #expect(code == ENODATA, "a missing attribute is ENODATA, got \(errnoSymbol(code))")
+            return 0
+        }),
+    Attempt(
+        "copy_file_range-from", .read, audited: "", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY) { input in
+                withOpened(s.m(s.outside), O_WRONLY | O_TRUNC) { output in
+                    outcome(clinux_copy_file_range(input, nil, output, nil, 1 << 16, 0))
+                }
+            }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.outside)) == s.original, "copied out of \(s.file)")
+        }),
 
     // Create inside.
-    Attempt("open-creat-excl", .createInside, audited: "create", names: [.fresh], act: { s in
-        withOpened(s.m(s.fresh), O_CREAT | O_EXCL | O_WRONLY, mode: 0o640)
-    }, effect: { s in
-        let info = status(s.s(s.fresh))
-        #expect(info.map { $0.st_mode & S_IFMT == S_IFREG && $0.st_size == 0 && $0.st_mode & 0o7777 == 0o640 } == true)
-    }),
-    Attempt("creat", .createInside, audited: "create", names: [.fresh], act: { s in
-        let fd = creat(s.m(s.fresh), 0o644)
-        guard fd >= 0 else { return errno }
-        defer { close(fd) }
-        return writeAll(fd, bytes("created"))
-    }, effect: { s in
-        #expect(contents(s.s(s.fresh)) == bytes("created"))
-    }),
-    Attempt("mkdir", .createInside, audited: "mkdir", names: [.fresh], act: { s in
-        outcome(mkdir(s.m(s.fresh), 0o750))
-    }, effect: { s in
-        #expect(status(s.s(s.fresh)).map { $0.st_mode & S_IFMT == S_IFDIR && $0.st_mode & 0o777 == 0o750 } == true)
-    }),
-    Attempt("mkfifo", .createInside, audited: "mknod", names: [.fresh], act: { s in
-        outcome(mkfifo(s.m(s.fresh), 0o600))
-    }, effect: { s in
-        #expect(status(s.s(s.fresh)).map { $0.st_mode & S_IFMT == S_IFIFO } == true)
-    }),
-    Attempt("mknod-regular", .createInside, audited: "mknod", names: [.fresh], act: { s in
-        outcome(mknod(s.m(s.fresh), S_IFREG | 0o600, 0))
-    }, effect: { s in
-        #expect(status(s.s(s.fresh)).map { $0.st_mode & S_IFMT == S_IFREG && $0.st_mode & 0o777 == 0o600 } == true)
-    }),
-    Attempt("symlink", .createInside, audited: "symlink", names: [.fresh], act: { s in
-        outcome(symlink("some/target", s.m(s.fresh)))
-    }, effect: { s in
-        #expect(linkTarget(s.s(s.fresh)) == "some/target")
-    }),
-    Attempt("link-into", .createInside, audited: "link", names: [.outside, .fresh], act: { s in
-        outcome(link(s.m(s.outside), s.m(s.fresh)))
-    }, effect: { s in
-        #expect(status(s.s(s.fresh))?.st_ino == status(s.s(s.outside))?.st_ino)
-        #expect(status(s.s(s.outside))?.st_nlink == 2)
-    }),
-    Attempt("rename-in", .renameIn, audited: "rename", names: [.outside, .fresh], act: { s in
-        outcome(rename(s.m(s.outside), s.m(s.fresh)))
-    }, effect: { s in
-        #expect(contents(s.s(s.fresh)) == s.outsideOriginal)
-        #expect(status(s.s(s.outside)) == nil)
-    }),
-    Attempt("rename-noreplace", .renameIn, audited: "rename", names: [.outside, .fresh], act: { s in
-        outcome(clinux_renameat2(AT_FDCWD, s.m(s.outside), AT_FDCWD, s.m(s.fresh), clinux_RENAME_NOREPLACE))
-    }, effect: { s in
-        #expect(contents(s.s(s.fresh)) == s.outsideOriginal)
-        #expect(status(s.s(s.outside)) == nil)
-    }),
-    Attempt("rename-over", .renameIn, audited: "rename", names: [.outside, .file], act: { s in
-        outcome(rename(s.m(s.outside), s.m(s.file)))
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == s.outsideOriginal)
-        #expect(status(s.s(s.outside)) == nil)
-    }),
-    Attempt("rename-within", .renameIn, audited: "rename", names: [.file, .fresh], act: { s in
-        outcome(rename(s.m(s.file), s.m(s.fresh)))
-    }, effect: { s in
-        #expect(contents(s.s(s.fresh)) == s.original)
-        #expect(status(s.s(s.file)) == nil)
-    }),
-    Attempt("rename-exchange", .exchange, audited: "rename", names: [.outside, .file], act: { s in
-        outcome(clinux_renameat2(AT_FDCWD, s.m(s.outside), AT_FDCWD, s.m(s.file), clinux_RENAME_EXCHANGE))
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == s.outsideOriginal)
-        #expect(contents(s.s(s.outside)) == s.original)
-    }),
+    Attempt(
+        "open-creat-excl", .createInside, audited: "create", names: [.fresh],
+        act: { s in
+            withOpened(s.m(s.fresh), O_CREAT | O_EXCL | O_WRONLY, mode: 0o640)
+        },
+        effect: { s in
+            let info = status(s.s(s.fresh))
+            #expect(info.map { $0.st_mode & S_IFMT == S_IFREG && $0.st_size == 0 && $0.st_mode & 0o7777 == 0o640 } == true)
+        }),
+    Attempt(
+        "creat", .createInside, audited: "create", names: [.fresh],
+        act: { s in
+            let fd = creat(s.m(s.fresh), 0o644)
+            guard fd >= 0 else { return errno }
+            defer { close(fd) }
+            return writeAll(fd, bytes("created"))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.fresh)) == bytes("created"))
+        }),
+    Attempt(
+        "mkdir", .createInside, audited: "mkdir", names: [.fresh],
+        act: { s in
+            outcome(mkdir(s.m(s.fresh), 0o750))
+        },
+        effect: { s in
+            #expect(status(s.s(s.fresh)).map { $0.st_mode & S_IFMT == S_IFDIR && $0.st_mode & 0o777 == 0o750 } == true)
+        }),
+    Attempt(
+        "mkfifo", .createInside, audited: "mknod", names: [.fresh],
+        act: { s in
+            outcome(mkfifo(s.m(s.fresh), 0o600))
+        },
+        effect: { s in
+            #expect(status(s.s(s.fresh)).map { $0.st_mode & S_IFMT == S_IFIFO } == true)
+        }),
+    Attempt(
+        "mknod-regular", .createInside, audited: "mknod", names: [.fresh],
+        act: { s in
+            outcome(mknod(s.m(s.fresh), S_IFREG | 0o600, 0))
+        },
+        effect: { s in
+            #expect(status(s.s(s.fresh)).map { $0.st_mode & S_IFMT == S_IFREG && $0.st_mode & 0o777 == 0o600 } == true)
+        }),
+    Attempt(
+        "symlink", .createInside, audited: "symlink", names: [.fresh],
+        act: { s in
+            outcome(symlink("some/target", s.m(s.fresh)))
+        },
+        effect: { s in
+            #expect(linkTarget(s.s(s.fresh)) == "some/target")
+        }),
+    Attempt(
+        "link-into", .createInside, audited: "link", names: [.outside, .fresh],
+        act: { s in
+            outcome(link(s.m(s.outside), s.m(s.fresh)))
+        },
+        effect: { s in
+            #expect(status(s.s(s.fresh))?.st_ino == status(s.s(s.outside))?.st_ino)
+            #expect(status(s.s(s.outside))?.st_nlink == 2)
+        }),
+    Attempt(
+        "rename-in", .renameIn, audited: "rename", names: [.outside, .fresh],
+        act: { s in
+            outcome(rename(s.m(s.outside), s.m(s.fresh)))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.fresh)) == s.outsideOriginal)
+            #expect(status(s.s(s.outside)) == nil)
+        }),
+    Attempt(
+        "rename-noreplace", .renameIn, audited: "rename", names: [.outside, .fresh],
+        act: { s in
+            outcome(clinux_renameat2(AT_FDCWD, s.m(s.outside), AT_FDCWD, s.m(s.fresh), clinux_RENAME_NOREPLACE))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.fresh)) == s.outsideOriginal)
+            #expect(status(s.s(s.outside)) == nil)
+        }),
+    Attempt(
+        "rename-over", .renameIn, audited: "rename", names: [.outside, .file],
+        act: { s in
+            outcome(rename(s.m(s.outside), s.m(s.file)))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == s.outsideOriginal)
+            #expect(status(s.s(s.outside)) == nil)
+        }),
+    Attempt(
+        "rename-within", .renameIn, audited: "rename", names: [.file, .fresh],
+        act: { s in
+            outcome(rename(s.m(s.file), s.m(s.fresh)))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.fresh)) == s.original)
+            #expect(status(s.s(s.file)) == nil)
+        }),
+    Attempt(
+        "rename-exchange", .exchange, audited: "rename", names: [.outside, .file],
+        act: { s in
+            outcome(clinux_renameat2(AT_FDCWD, s.m(s.outside), AT_FDCWD, s.m(s.file), clinux_RENAME_EXCHANGE))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == s.outsideOriginal)
+            #expect(contents(s.s(s.outside)) == s.original)
+        }),
 
     // Change content: every open flag that can write, and every call that writes.
-    Attempt("open-wronly", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_WRONLY) { writeAll($0, bytes("changed")) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == overlay(s.original, "changed", at: 0))
-    }),
-    Attempt("open-rdwr", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDWR) { writeAll($0, bytes("XY"), at: 3) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == overlay(s.original, "XY", at: 3))
-    }),
-    Attempt("open-append", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_WRONLY | O_APPEND) { writeAll($0, bytes("+tail")) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == s.original + bytes("+tail"))
-    }),
-    Attempt("open-rdwr-append", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDWR | O_APPEND) { writeAll($0, bytes("+more")) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == s.original + bytes("+more"))
-    }),
-    Attempt("open-rdonly-trunc", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDONLY | O_TRUNC)
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == [])
-    }),
-    Attempt("open-wronly-trunc", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_WRONLY | O_TRUNC) { writeAll($0, bytes("new")) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == bytes("new"))
-    }),
-    Attempt("open-creat-existing", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_CREAT | O_WRONLY) { writeAll($0, bytes("C")) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == overlay(s.original, "C", at: 0))
-    }),
-    Attempt("creat-existing", .changeContent, audited: "open", names: [.file], act: { s in
-        let fd = creat(s.m(s.file), 0o644)
-        guard fd >= 0 else { return errno }
-        close(fd)
-        return 0
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == [])
-    }),
-    Attempt("truncate", .changeContent, audited: "truncate", names: [.file], act: { s in
-        outcome(truncate(s.m(s.file), 4))
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == Array(s.original.prefix(4)))
-    }),
-    Attempt("truncate-extend", .changeContent, audited: "truncate", names: [.file], act: { s in
-        outcome(truncate(s.m(s.file), 100))
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == s.original + [UInt8](repeating: 0, count: 100 - s.original.count))
-    }),
+    Attempt(
+        "open-wronly", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_WRONLY) { writeAll($0, bytes("changed")) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == overlay(s.original, "changed", at: 0))
+        }),
+    Attempt(
+        "open-rdwr", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDWR) { writeAll($0, bytes("XY"), at: 3) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == overlay(s.original, "XY", at: 3))
+        }),
+    Attempt(
+        "open-append", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_WRONLY | O_APPEND) { writeAll($0, bytes("+tail")) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == s.original + bytes("+tail"))
+        }),
+    Attempt(
+        "open-rdwr-append", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDWR | O_APPEND) { writeAll($0, bytes("+more")) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == s.original + bytes("+more"))
+        }),
+    Attempt(
+        "open-rdonly-trunc", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY | O_TRUNC)
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == [])
+        }),
+    Attempt(
+        "open-wronly-trunc", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_WRONLY | O_TRUNC) { writeAll($0, bytes("new")) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == bytes("new"))
+        }),
+    Attempt(
+        "open-creat-existing", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_CREAT | O_WRONLY) { writeAll($0, bytes("C")) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == overlay(s.original, "C", at: 0))
+        }),
+    Attempt(
+        "creat-existing", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            let fd = creat(s.m(s.file), 0o644)
+            guard fd >= 0 else { return errno }
+            close(fd)
+            return 0
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == [])
+        }),
+    Attempt(
+        "truncate", .changeContent, audited: "truncate", names: [.file],
+        act: { s in
+            outcome(truncate(s.m(s.file), 4))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == Array(s.original.prefix(4)))
+        }),
+    Attempt(
+        "truncate-extend", .changeContent, audited: "truncate", names: [.file],
+        act: { s in
+            outcome(truncate(s.m(s.file), 100))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == s.original + [UInt8](repeating: 0, count: 100 - s.original.count))
+        }),
     // A descriptor that can write exists only after an open the policy allowed: in a
     // read-only area the open is what is denied.
-    Attempt("ftruncate", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDWR) { outcome(ftruncate($0, 2)) }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == Array(s.original.prefix(2)))
-    }),
-    Attempt("fallocate", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDWR) { fd in
-            clinux_fallocate(fd, 0, 0, 65536) == 0 ? 0 : errno
-        }
-    }, effect: { s in
-        #expect(status(s.s(s.file))?.st_size == 65536)
-        #expect(contents(s.s(s.file)).map { Array($0.prefix(s.original.count)) } == s.original)
-    }),
-    Attempt("copy_file_range-into", .changeContent, audited: "open", names: [.file], act: { s in
-        withOpened(s.m(s.outside), O_RDONLY) { input in
-            withOpened(s.m(s.file), O_WRONLY) { output in
-                outcome(clinux_copy_file_range(input, nil, output, nil, 1 << 16, 0))
+    Attempt(
+        "ftruncate", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDWR) { outcome(ftruncate($0, 2)) }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == Array(s.original.prefix(2)))
+        }),
+    Attempt(
+        "fallocate", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDWR) { fd in
+                clinux_fallocate(fd, 0, 0, 65536) == 0 ? 0 : errno
             }
-        }
-    }, effect: { s in
-        #expect(contents(s.s(s.file)) == overlay(s.original, String(decoding: s.outsideOriginal, as: UTF8.self), at: 0))
-    }),
+        },
+        effect: { s in
+            #expect(status(s.s(s.file))?.st_size == 65536)
+            #expect(contents(s.s(s.file)).map { Array($0.prefix(s.original.count)) } == s.original)
+        }),
+    Attempt(
+        "copy_file_range-into", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.outside), O_RDONLY) { input in
+                withOpened(s.m(s.file), O_WRONLY) { output in
+                    outcome(clinux_copy_file_range(input, nil, output, nil, 1 << 16, 0))
+                }
+            }
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == overlay(s.original, String(decoding: s.outsideOriginal, as: UTF8.self), at: 0))
+        }),
 
     // Change metadata.
-    Attempt("chmod", .changeMetadata, audited: "chmod", names: [.file], act: { s in
-        outcome(chmod(s.m(s.file), 0o604))
-    }, effect: { s in
-        #expect(status(s.s(s.file)).map { $0.st_mode & 0o7777 } == 0o604)
-    }),
-    Attempt("fchmod", .changeMetadata, audited: "chmod", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDONLY) { outcome(fchmod($0, 0o600)) }
-    }, effect: { s in
-        #expect(status(s.s(s.file)).map { $0.st_mode & 0o7777 } == 0o600)
-    }),
-    Attempt("chown", .changeMetadata, audited: "chown", names: [.file], act: { s in
-        outcome(chown(s.m(s.file), 1000, 1000))
-    }, effect: { s in
-        #expect(status(s.s(s.file)).map { [$0.st_uid, $0.st_gid] } == [1000, 1000])
-    }),
-    Attempt("utimensat", .changeMetadata, audited: "utimens", names: [.file], act: { s in
-        outcome(utimensat(AT_FDCWD, s.m(s.file), times(setTime), 0))
-    }, effect: { s in
-        #expect(status(s.s(s.file))?.st_mtim.tv_sec == setTime)
-        #expect(status(s.s(s.file))?.st_atim.tv_sec == setTime)
-    }),
-    Attempt("utimensat-now", .changeMetadata, audited: "utimens", names: [.file], act: { s in
-        outcome(utimensat(AT_FDCWD, s.m(s.file), nil, 0))
-    }, effect: { s in
-        #expect((status(s.s(s.file))?.st_mtim.tv_sec ?? 0) > Int(Date().timeIntervalSince1970) - 600)
-    }),
-    Attempt("futimens", .changeMetadata, audited: "utimens", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDONLY) { outcome(futimens($0, times(setTime))) }
-    }, effect: { s in
-        #expect(status(s.s(s.file))?.st_mtim.tv_sec == setTime)
-    }),
-    Attempt("setxattr", .changeMetadata, audited: "setxattr", names: [.file], act: { s in
-        outcome(setxattr(s.m(s.file), "user.test", "v1", 2, 0))
-    }, effect: { s in
-        #expect(extendedAttribute(s.s(s.file), "user.test") == bytes("v1"))
-    }),
-    Attempt("fsetxattr", .changeMetadata, audited: "setxattr", names: [.file], act: { s in
-        withOpened(s.m(s.file), O_RDONLY) { outcome(fsetxattr($0, "user.fd", "v2", 2, 0)) }
-    }, effect: { s in
-        #expect(extendedAttribute(s.s(s.file), "user.fd") == bytes("v2"))
-    }),
-    Attempt("removexattr", .changeMetadata, audited: "removexattr", names: [.file], act: { s in
-        outcome(removexattr(s.m(s.file), "user.present"))
-    }, effect: { s in
-        #expect(extendedAttribute(s.s(s.file), "user.present") == nil)
-    }),
+    Attempt(
+        "chmod", .changeMetadata, audited: "chmod", names: [.file],
+        act: { s in
+            outcome(chmod(s.m(s.file), 0o604))
+        },
+        effect: { s in
+            #expect(status(s.s(s.file)).map { $0.st_mode & 0o7777 } == 0o604)
+        }),
+    Attempt(
+        "fchmod", .changeMetadata, audited: "chmod", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY) { outcome(fchmod($0, 0o600)) }
+        },
+        effect: { s in
+            #expect(status(s.s(s.file)).map { $0.st_mode & 0o7777 } == 0o600)
+        }),
+    Attempt(
+        "chown", .changeMetadata, audited: "chown", names: [.file],
+        act: { s in
+            outcome(chown(s.m(s.file), 1000, 1000))
+        },
+        effect: { s in
+            #expect(status(s.s(s.file)).map { [$0.st_uid, $0.st_gid] } == [1000, 1000])
+        }),
+    Attempt(
+        "utimensat", .changeMetadata, audited: "utimens", names: [.file],
+        act: { s in
+            outcome(utimensat(AT_FDCWD, s.m(s.file), times(setTime), 0))
+        },
+        effect: { s in
+            #expect(status(s.s(s.file))?.st_mtim.tv_sec == setTime)
+            #expect(status(s.s(s.file))?.st_atim.tv_sec == setTime)
+        }),
+    Attempt(
+        "utimensat-now", .changeMetadata, audited: "utimens", names: [.file],
+        act: { s in
+            outcome(utimensat(AT_FDCWD, s.m(s.file), nil, 0))
+        },
+        effect: { s in
+            #expect((status(s.s(s.file))?.st_mtim.tv_sec ?? 0) > Int(Date().timeIntervalSince1970) - 600)
+        }),
+    Attempt(
+        "futimens", .changeMetadata, audited: "utimens", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY) { outcome(futimens($0, times(setTime))) }
+        },
+        effect: { s in
+            #expect(status(s.s(s.file))?.st_mtim.tv_sec == setTime)
+        }),
+    Attempt(
+        "setxattr", .changeMetadata, audited: "setxattr", names: [.file],
+        act: { s in
+            outcome(setxattr(s.m(s.file), "user.test", "v1", 2, 0))
+        },
+        effect: { s in
+            #expect(extendedAttribute(s.s(s.file), "user.test") == bytes("v1"))
+        }),
+    Attempt(
+        "fsetxattr", .changeMetadata, audited: "setxattr", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY) { outcome(fsetxattr($0, "user.fd", "v2", 2, 0)) }
+        },
+        effect: { s in
+            #expect(extendedAttribute(s.s(s.file), "user.fd") == bytes("v2"))
+        }),
+    Attempt(
+        "removexattr", .changeMetadata, audited: "removexattr", names: [.file],
+        act: { s in
+            outcome(removexattr(s.m(s.file), "user.present"))
+        },
+        effect: { s in
+            #expect(extendedAttribute(s.s(s.file), "user.present") == nil)
+        }),
 
     // Delete.
-    Attempt("unlink", .delete, audited: "unlink", names: [.file], act: { s in
-        outcome(unlink(s.m(s.file)))
-    }, effect: { s in
-        #expect(status(s.s(s.file)) == nil)
-    }),
-    Attempt("rmdir", .delete, audited: "rmdir", names: [.directory], act: { s in
-        outcome(rmdir(s.m(s.directory)))
-    }, effect: { s in
-        #expect(status(s.s(s.directory)) == nil)
-    }),
+    Attempt(
+        "unlink", .delete, audited: "unlink", names: [.file],
+        act: { s in
+            outcome(unlink(s.m(s.file)))
+        },
+        effect: { s in
+            #expect(status(s.s(s.file)) == nil)
+        }),
+    Attempt(
+        "rmdir", .delete, audited: "rmdir", names: [.directory],
+        act: { s in
+            outcome(rmdir(s.m(s.directory)))
+        },
+        effect: { s in
+            #expect(status(s.s(s.directory)) == nil)
+        }),
 
     // Rename out of the area, hard link out of it.
-    Attempt("rename-out", .renameOut, audited: "rename", names: [.file, .outsideFresh], act: { s in
-        outcome(rename(s.m(s.file), s.m(s.outsideFresh)))
-    }, effect: { s in
-        #expect(contents(s.s(s.outsideFresh)) == s.original)
-        #expect(status(s.s(s.file)) == nil)
-    }),
-    Attempt("rename-out-over", .renameOut, audited: "rename", names: [.file, .outside], act: { s in
-        outcome(rename(s.m(s.file), s.m(s.outside)))
-    }, effect: { s in
-        #expect(contents(s.s(s.outside)) == s.original)
-        #expect(status(s.s(s.file)) == nil)
-    }),
-    Attempt("rename-directory-out", .renameOut, audited: "rename", names: [.directory, .outsideFresh], act: { s in
-        outcome(rename(s.m(s.directory), s.m(s.outsideFresh)))
-    }, effect: { s in
-        #expect(status(s.s(s.outsideFresh)).map { $0.st_mode & S_IFMT == S_IFDIR } == true)
-        #expect(status(s.s(s.directory)) == nil)
-    }),
-    Attempt("link-out", .linkOut, audited: "link", names: [.file, .outsideFresh], act: { s in
-        outcome(link(s.m(s.file), s.m(s.outsideFresh)))
-    }, effect: { s in
-        #expect(status(s.s(s.outsideFresh))?.st_ino == status(s.s(s.file))?.st_ino)
-        #expect(status(s.s(s.file))?.st_nlink == 2)
-    }),
+    Attempt(
+        "rename-out", .renameOut, audited: "rename", names: [.file, .outsideFresh],
+        act: { s in
+            outcome(rename(s.m(s.file), s.m(s.outsideFresh)))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.outsideFresh)) == s.original)
+            #expect(status(s.s(s.file)) == nil)
+        }),
+    Attempt(
+        "rename-out-over", .renameOut, audited: "rename", names: [.file, .outside],
+        act: { s in
+            outcome(rename(s.m(s.file), s.m(s.outside)))
+        },
+        effect: { s in
+            #expect(contents(s.s(s.outside)) == s.original)
+            #expect(status(s.s(s.file)) == nil)
+        }),
+    Attempt(
+        "rename-directory-out", .renameOut, audited: "rename", names: [.directory, .outsideFresh],
+        act: { s in
+            outcome(rename(s.m(s.directory), s.m(s.outsideFresh)))
+        },
+        effect: { s in
+            #expect(status(s.s(s.outsideFresh)).map { $0.st_mode & S_IFMT == S_IFDIR } == true)
+            #expect(status(s.s(s.directory)) == nil)
+        }),
+    Attempt(
+        "link-out", .linkOut, audited: "link", names: [.file, .outsideFresh],
+        act: { s in
+            outcome(link(s.m(s.file), s.m(s.outsideFresh)))
+        },
+        effect: { s in
+            #expect(status(s.s(s.outsideFresh))?.st_ino == status(s.s(s.file))?.st_ino)
+            #expect(status(s.s(s.file))?.st_nlink == 2)
+        }),
 ]
 
 @Suite("Policy through the mount (SPEC §2)")
@@ -445,8 +590,9 @@ struct PolicyThroughMountTests {
                 let label = "\(attempt.slug) in \(area.name)"
                 let named = attempt.names.map(scene.path)
                 if let expected = area.denial(attempt.kind) {
-                    let denial = Denial(errno: expected.errno, operation: attempt.audited, paths: named,
-                                        areas: attempt.names.map(scene.areaName), rule: expected.rule)
+                    let denial = Denial(
+                        errno: expected.errno, operation: attempt.audited, paths: named,
+                        areas: attempt.names.map(scene.areaName), rule: expected.rule)
                     try probe.denied(label, denial, watching: named + [scene.file, scene.directory, scene.outside]) {
                         attempt.act(scene)
                     }
@@ -468,8 +614,9 @@ struct PolicyThroughMountTests {
 
     /// With `-o writeback` the kernel caches writes and opens files for itself: the rules
     /// must hold the same.
-    @Test("with the kernel's writeback cache the bundle is as read-only and Documents as writable",
-          arguments: [AreaUnderTest.bundle, AreaUnderTest.writable[0]])
+    @Test(
+        "with the kernel's writeback cache the bundle is as read-only and Documents as writable",
+        arguments: [AreaUnderTest.bundle, AreaUnderTest.writable[0]])
     func writeback(_ area: AreaUnderTest) throws {
         try Self.tryEverything(in: area, options: ["writeback"])
     }
@@ -479,17 +626,22 @@ struct PolicyThroughMountTests {
         try Self.tryEverything(in: .inbox)
     }
 
-    @Test("data, cache and temporary allow every operation, reach the store, and audit nothing",
-          arguments: AreaUnderTest.writable)
+    @Test(
+        "data, cache and temporary allow every operation, reach the store, and audit nothing",
+        arguments: AreaUnderTest.writable)
     func writable(_ area: AreaUnderTest) throws {
         try Self.tryEverything(in: area)
     }
 
     /// The root and each standard directory itself: readable, but never changed, removed,
     /// moved or replaced (EPERM).
-    @Test("the structure is fixed", arguments: ["", "Documents", "Documents/Inbox", "Library",
-                                                 "Library/Application Support", "Library/Preferences",
-                                                 "Library/Caches", "tmp"])
+    @Test(
+        "the structure is fixed",
+        arguments: [
+            "", "Documents", "Documents/Inbox", "Library",
+            "Library/Application Support", "Library/Preferences",
+            "Library/Caches", "tmp",
+        ])
     func structure(_ directory: String) throws {
         // A writable folder that is neither the directory nor inside it (the kernel itself
         // refuses to move a directory into its own subtree).
@@ -535,16 +687,22 @@ struct PolicyThroughMountTests {
             if !directory.isEmpty {
                 try probe.denied("rmdir \(directory)", denial("rmdir"), watching: watched) { outcome(rmdir(path)) }
                 let moved = "\(elsewhere)/moved"
-                try probe.denied("rename \(directory) away", denial("rename", [directory, moved], ["structure", elsewhereArea]),
-                                 watching: watched + [moved]) {
+                try probe.denied(
+                    "rename \(directory) away", denial("rename", [directory, moved], ["structure", elsewhereArea]),
+                    watching: watched + [moved]
+                ) {
                     outcome(rename(path, container.mounted(moved)))
                 }
-                try probe.denied("rename a folder over \(directory)",
-                                 denial("rename", ["\(elsewhere)/over", directory], [elsewhereArea, "structure"]), watching: watched) {
+                try probe.denied(
+                    "rename a folder over \(directory)",
+                    denial("rename", ["\(elsewhere)/over", directory], [elsewhereArea, "structure"]), watching: watched
+                ) {
                     outcome(rename(container.mounted("\(elsewhere)/over"), path))
                 }
-                try probe.denied("exchange a file with \(directory)",
-                                 denial("rename", ["\(elsewhere)/file", directory], [elsewhereArea, "structure"]), watching: watched) {
+                try probe.denied(
+                    "exchange a file with \(directory)",
+                    denial("rename", ["\(elsewhere)/file", directory], [elsewhereArea, "structure"]), watching: watched
+                ) {
                     outcome(clinux_renameat2(AT_FDCWD, container.mounted("\(elsewhere)/file"), AT_FDCWD, path, clinux_RENAME_EXCHANGE))
                 }
             } else {
@@ -562,16 +720,22 @@ struct PolicyThroughMountTests {
                 try probe.denied("mkdir at the root", rootDenial("mkdir"), watching: ["new"]) { outcome(mkdir(fresh, 0o755)) }
                 try probe.denied("mkfifo at the root", rootDenial("mknod"), watching: ["new"]) { outcome(mkfifo(fresh, 0o644)) }
                 try probe.denied("symlink at the root", rootDenial("symlink"), watching: ["new"]) { outcome(symlink("Documents", fresh)) }
-                try probe.denied("link at the root", denial("link", ["tmp/file", "new"], ["temporary", "structure"]),
-                                 watching: ["new", "tmp/file"]) {
+                try probe.denied(
+                    "link at the root", denial("link", ["tmp/file", "new"], ["temporary", "structure"]),
+                    watching: ["new", "tmp/file"]
+                ) {
                     outcome(link(container.mounted("tmp/file"), fresh))
                 }
-                try probe.denied("rename to the root", denial("rename", ["tmp/file", "new"], ["temporary", "structure"]),
-                                 watching: ["new", "tmp/file"]) {
+                try probe.denied(
+                    "rename to the root", denial("rename", ["tmp/file", "new"], ["temporary", "structure"]),
+                    watching: ["new", "tmp/file"]
+                ) {
                     outcome(rename(container.mounted("tmp/file"), fresh))
                 }
-                try probe.denied("rename a folder to the root", denial("rename", ["tmp/over", "new"], ["temporary", "structure"]),
-                                 watching: ["new", "tmp/over"]) {
+                try probe.denied(
+                    "rename a folder to the root", denial("rename", ["tmp/over", "new"], ["temporary", "structure"]),
+                    watching: ["new", "tmp/over"]
+                ) {
                     outcome(rename(container.mounted("tmp/over"), fresh))
                 }
             }
@@ -643,12 +807,15 @@ struct PolicyThroughMountTests {
 /// Expects the mount to show what the store holds below `relative`: the same names, types,
 /// modes, owners, sizes, link counts, contents and symlink targets (the kernel's caches agree
 /// with the store after changes made through the mount).
-func expectMountAgreesWithStore(_ container: MountedContainer, _ relative: String,
-                                sourceLocation: SourceLocation = #_sourceLocation) {
+func expectMountAgreesWithStore(
+    _ container: MountedContainer, _ relative: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
     let hidden: Set<String> = relative == "Library/Caches" || relative == "tmp" ? ["CACHEDIR.TAG"] : []
     let stored = Set((try? FileManager.default.contentsOfDirectory(atPath: container.stored(relative))) ?? []).subtracting(hidden)
     let mounted = Set((try? FileManager.default.contentsOfDirectory(atPath: container.mounted(relative))) ?? [])
-    #expect(mounted == stored, "\(relative): the mount lists \(mounted.sorted()), the store \(stored.sorted())", sourceLocation: sourceLocation)
+    #expect(
+        mounted == stored, "\(relative): the mount lists \(mounted.sorted()), the store \(stored.sorted())", sourceLocation: sourceLocation)
     for name in stored.intersection(mounted).sorted() {
         let path = relative + "/" + name
         guard let s = status(container.stored(path)), let m = status(container.mounted(path)) else {
@@ -663,13 +830,19 @@ func expectMountAgreesWithStore(_ container: MountedContainer, _ relative: Strin
             #expect(owner(m) == owner(s), "\(path): the mount shows \(owner(m)), the store \(owner(s))", sourceLocation: sourceLocation)
             expectMountAgreesWithStore(container, path, sourceLocation: sourceLocation)
         } else {
-            #expect(describe(m) == describe(s), "\(path): the mount shows \(describe(m)), the store \(describe(s))", sourceLocation: sourceLocation)
+            #expect(
+                describe(m) == describe(s), "\(path): the mount shows \(describe(m)), the store \(describe(s))",
+                sourceLocation: sourceLocation)
         }
         if type == S_IFREG {
-            #expect(contents(container.mounted(path)) == contents(container.stored(path)), "\(path): contents differ", sourceLocation: sourceLocation)
+            #expect(
+                contents(container.mounted(path)) == contents(container.stored(path)), "\(path): contents differ",
+                sourceLocation: sourceLocation)
         }
         if type == S_IFLNK {
-            #expect(linkTarget(container.mounted(path)) == linkTarget(container.stored(path)), "\(path): targets differ", sourceLocation: sourceLocation)
+            #expect(
+                linkTarget(container.mounted(path)) == linkTarget(container.stored(path)), "\(path): targets differ",
+                sourceLocation: sourceLocation)
         }
     }
 }

@@ -11,8 +11,10 @@ import Testing
 
 /// Makes a store, lets `prepare` change it behind the mount's back (nothing can put files
 /// into the inbox through the mount), mounts it, runs `body`, and always unmounts.
-func withMountedContainer(options: [String] = [], beforeMounting prepare: (MountedContainer) throws -> Void,
-                          _ body: (MountedContainer) throws -> Void) throws {
+func withMountedContainer(
+    options: [String] = [], beforeMounting prepare: (MountedContainer) throws -> Void,
+    _ body: (MountedContainer) throws -> Void
+) throws {
     let container = try MountedContainer()
     defer { container.unmount() }
     try prepare(container)
@@ -70,12 +72,15 @@ final class Probe {
 
     /// Runs `call` and expects `denial`: its errno, its audit record, and no change to the
     /// store nodes at `watched` (container-relative) nor to the bundle.
-    func denied(_ label: String, _ denial: Denial, watching watched: [String] = [],
-                sourceLocation: SourceLocation = #_sourceLocation, _ call: () -> Int32) throws {
+    func denied(
+        _ label: String, _ denial: Denial, watching watched: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation, _ call: () -> Int32
+    ) throws {
         let before = watched.map { nodeState(container.stored($0)) }
         let code = call()
-        #expect(code == denial.errno, "\(label): expected \(errnoSymbol(denial.errno)), got \(errnoSymbol(code))",
-                sourceLocation: sourceLocation)
+        #expect(
+            code == denial.errno, "\(label): expected \(errnoSymbol(denial.errno)), got \(errnoSymbol(code))",
+            sourceLocation: sourceLocation)
         try expectAuditRecord(label, denial, sourceLocation: sourceLocation)
         for (path, state) in zip(watched, before) {
             #expect(nodeState(container.stored(path)) == state, "\(label): \(path) changed in the store", sourceLocation: sourceLocation)
@@ -84,8 +89,10 @@ final class Probe {
     }
 
     /// Expects the next audit record to be `denial` (after a denial made by a program).
-    func expectAuditRecord(_ label: String, _ denial: Denial, process: String? = nil,
-                           sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectAuditRecord(
+        _ label: String, _ denial: Denial, process: String? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let records = try container.waitForAudit(count: audited + 1)
         guard records.count > audited else {
             Issue.record("\(label): no audit record", sourceLocation: sourceLocation)
@@ -95,8 +102,9 @@ final class Probe {
         #expect(record["operation"] as? String == denial.operation, "\(label): audited \(record)", sourceLocation: sourceLocation)
         // Compared as bytes: String's == treats NFC and NFD forms as equal.
         let paths = (record["paths"] as? [String])?.map(rootAsEmpty)
-        #expect(paths?.map { Array($0.utf8) } == denial.paths.map { Array(rootAsEmpty($0).utf8) },
-                "\(label): audited paths \(paths ?? [])", sourceLocation: sourceLocation)
+        #expect(
+            paths?.map { Array($0.utf8) } == denial.paths.map { Array(rootAsEmpty($0).utf8) },
+            "\(label): audited paths \(paths ?? [])", sourceLocation: sourceLocation)
         #expect(record["areas"] as? [String] == denial.areas, "\(label): audited \(record)", sourceLocation: sourceLocation)
         #expect(record["errno"] as? String == errnoSymbol(denial.errno), "\(label): audited \(record)", sourceLocation: sourceLocation)
         #expect(record["rule"] as? String == denial.rule, "\(label): audited \(record)", sourceLocation: sourceLocation)
@@ -262,7 +270,8 @@ func errnoSymbol(_ code: Int32) -> String {
 /// attributes — or nil when there is none.
 func nodeState(_ path: String) -> String? {
     guard let info = status(path) else { return nil }
-    var state = "mode \(String(info.st_mode, radix: 8)) owner \(info.st_uid):\(info.st_gid) size \(info.st_size)"
+    var state =
+        "mode \(String(info.st_mode, radix: 8)) owner \(info.st_uid):\(info.st_gid) size \(info.st_size)"
         + " links \(info.st_nlink) inode \(info.st_ino)"
         + " mtime \(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec) ctime \(info.st_ctim.tv_sec).\(info.st_ctim.tv_nsec)"
     switch info.st_mode & S_IFMT {
@@ -273,7 +282,8 @@ func nodeState(_ path: String) -> String? {
     var names = [CChar](repeating: 0, count: 4096)
     let size = llistxattr(path, &names, names.count)
     if size > 0 {
-        for name in names[0..<size].split(separator: 0).map({ String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }).sorted() {
+        for name in names[0..<size].split(separator: 0).map({ String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }).sorted()
+        {
             state += " xattr \(name)=\(extendedAttribute(path, name) ?? [])"
         }
     }
@@ -283,9 +293,11 @@ func nodeState(_ path: String) -> String? {
 /// A tree's contents (`treeDigest`) plus what that leaves out: owners, link counts, times,
 /// symlink targets and extended attributes of every node.
 func treeState(_ path: String) throws -> String {
-    let metadata = try runProgram(["sh", "-c",
+    let metadata = try runProgram([
+        "sh", "-c",
         "cd \"$1\" && find . -printf '%p %y %U:%G %m %n %T@ %C@ %l\\n' | LC_ALL=C sort && getfattr -R -h -d -m - . 2>/dev/null",
-        "sh", path])
+        "sh", path,
+    ])
     return try treeDigest(path) + metadata.stdout
 }
 

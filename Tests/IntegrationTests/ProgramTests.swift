@@ -8,8 +8,10 @@ import Testing
 struct ProgramTests {
     /// Runs a shell command in `directory`; records an issue with its output if it fails.
     @discardableResult
-    static func shell(_ script: String, _ arguments: [String] = [], in directory: String,
-                      sourceLocation: SourceLocation = #_sourceLocation) throws -> ProgramResult {
+    static func shell(
+        _ script: String, _ arguments: [String] = [], in directory: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> ProgramResult {
         let result = try runProgram(["sh", "-c", script, "sh"] + arguments, directory: directory)
         #expect(result.status == 0, "\(script): \(result)", sourceLocation: sourceLocation)
         return result
@@ -18,7 +20,8 @@ struct ProgramTests {
     /// A small tree on the host: text, a 200 KiB binary, a symlink, a private file.
     static func makeSourceTree(_ container: MountedContainer) throws -> String {
         let source = container.base + "/source"
-        try shell("""
+        try shell(
+            """
             mkdir -p src/b/d && printf 'alpha\\n' > src/a.txt && printf 'charlie\\n' > src/b/c.txt \
             && head -c 204800 /dev/urandom > src/b/d/e.bin && ln -s c.txt src/b/link && chmod 600 src/a.txt \
             && mkdir src/empty
@@ -48,8 +51,9 @@ struct ProgramTests {
             try Self.shell("cp -a \"$1\" tree", [source], in: here)
             try Self.expectSameTree(source, stored + "/tree")
             try Self.expectSameTree(source, here + "/tree")
-            try Self.shell("cp tree/a.txt tree/a.copy && cp -r tree/b tree/b.copy && cp \"$1\" .",
-                           [container.mounted("Demo.app/Info.plist")], in: here)
+            try Self.shell(
+                "cp tree/a.txt tree/a.copy && cp -r tree/b tree/b.copy && cp \"$1\" .",
+                [container.mounted("Demo.app/Info.plist")], in: here)
             #expect(contents(stored + "/Info.plist") == Scene.bundleFileContent, "cp out of the bundle")
             #expect(contents(stored + "/tree/a.copy") == bytes("alpha\n"))
             try Self.expectSameTree(stored + "/tree/b", stored + "/tree/b.copy")
@@ -83,14 +87,16 @@ struct ProgramTests {
         try withMountedContainer { container in
             let probe = try Probe(container)
             let here = container.mounted(directory)
-            try Self.shell("""
+            try Self.shell(
+                """
                 sqlite3 app.db 'create table notes(id integer primary key, body text);' \
                   'with recursive n(i) as (select 1 union all select i + 1 from n where i < 1000) insert into notes(body) select printf("note %d", i) from n;'
                 """, in: here)
             let query = try Self.shell("sqlite3 app.db 'select count(*), sum(id) from notes;' 'pragma integrity_check;'", in: here)
             #expect(query.stdout == "1000|500500\nok\n")
             // Write-ahead log: more files, shared memory, checkpoints.
-            let wal = try Self.shell("""
+            let wal = try Self.shell(
+                """
                 sqlite3 wal.db 'pragma journal_mode=wal;' 'create table t(a);' 'insert into t values (1), (2), (3);' \
                   'update t set a = a * 10;' 'select sum(a) from t;' 'pragma wal_checkpoint(truncate);'
                 """, in: here)
@@ -98,7 +104,9 @@ struct ProgramTests {
             let update = try Self.shell("sqlite3 app.db 'delete from notes where id > 10; vacuum;' 'select count(*) from notes;'", in: here)
             #expect(update.stdout == "10\n")
             // The store holds a sound database.
-            let stored = try runProgram(["sqlite3", container.stored(directory) + "/app.db", "select count(*) from notes; pragma integrity_check;"])
+            let stored = try runProgram([
+                "sqlite3", container.stored(directory) + "/app.db", "select count(*) from notes; pragma integrity_check;",
+            ])
             #expect(stored.stdout == "10\nok\n", "\(stored)")
             let storedWal = try runProgram(["sqlite3", container.stored(directory) + "/wal.db", "select sum(a) from t;"])
             #expect(storedWal.stdout == "60\n", "\(storedWal)")
@@ -112,7 +120,8 @@ struct ProgramTests {
             let probe = try Probe(container)
             let here = container.mounted("Documents")
             let git = "git -c user.name=Tester -c user.email=tester@example.com -c init.defaultBranch=main"
-            try Self.shell("""
+            try Self.shell(
+                """
                 \(git) init -q repo && cd repo && printf 'hello\\n' > README && mkdir src && printf 'code\\n' > src/main.c \
                 && \(git) add . && \(git) commit -q -m first \
                 && printf 'more\\n' >> README && git mv src/main.c src/app.c && \(git) commit -q -am second \
@@ -229,10 +238,11 @@ struct ProgramTests {
                 for record in records {
                     let paths = record["paths"] as? [String] ?? []
                     // python3 may run under a versioned name (python3.11).
-                    #expect((record["process"] as? String)?.hasPrefix(process) == true
+                    #expect(
+                        (record["process"] as? String)?.hasPrefix(process) == true
                             && record["errno"] as? String == "EPERM" && record["rule"] as? String == "bundleIsReadOnly"
                             && paths.contains { $0 == "Demo.app" || $0.hasPrefix("Demo.app/") },
-                            "\(command): \(record)")
+                        "\(command): \(record)")
                 }
                 try probe.expectBundleUnchanged(command)
             }
