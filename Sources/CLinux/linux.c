@@ -44,6 +44,8 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
     return copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
+int clinux_syncfs(int fd) { return syncfs(fd); }
+
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length) {
     return fallocate(fd, mode, offset, length);
 }

@@ -32,6 +32,9 @@ int clinux_fchmod_path_fd(int fd, mode_t mode);
 /// copy_file_range(2), declared by glibc only under _GNU_SOURCE.
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned flags);
 
+/// syncfs(2), declared by glibc only under _GNU_SOURCE.
+int clinux_syncfs(int fd);
+
 /// fallocate(2), declared by glibc only under _GNU_SOURCE.
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 

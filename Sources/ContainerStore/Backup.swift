@@ -1,0 +1,272 @@
+import CLinux
+import ContainerPolicy
+import Crypto
+import Glibc
+
+/// What a backup wrote.
+public struct BackupSummary: Sendable {
+    /// Entries written (folders, files, symlinks, hard links), the manifest not counted.
+    public var entries = 0
+    /// Files whose data was written (a hard link's other names not counted).
+    public var files = 0
+    /// Bytes of file data written.
+    public var bytes: Int64 = 0
+    /// Files that were deleted or replaced between the scan and their turn.
+    public var vanished: [ContainerPath] = []
+    /// The archive's size.
+    public var archiveBytes: Int64 = 0
+    /// The SHA-256 of the manifest, which names every file's SHA-256.
+    public var manifestDigest: [UInt8] = []
+}
+
+/// Writes a container's backup set as a pax tar archive (SPEC §4, docs/backup.md).
+public enum Backup {
+    /// How often a file that changes while it is read is read again before giving up.
+    static let attempts = 5
+
+    /// Writes `set`, taken from `store`, to a new archive at `archivePath` (replacing a file
+    /// there only once the archive is complete). `progress` is called with the bytes of
+    /// file data done so far and the total.
+    public static func write(_ store: Store, set: BackupSet, to archivePath: String,
+                             progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> BackupSummary {
+        let (parentPath, leaf) = Store.splitParent(archivePath)
+        let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parentFD >= 0 else {
+            throw UserError("cannot write \(archivePath): its folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+        }
+        defer { close(parentFD) }
+        try checkOutsideStore(parentPath, store: store, archivePath: archivePath)
+        var existing = stat()
+        if withCName(leaf, { fstatat(parentFD, $0, &existing, AT_SYMLINK_NOFOLLOW) }) == 0, existing.st_mode & S_IFMT != S_IFREG {
+            throw UserError.usage("\(archivePath) exists and is not a file: name a new archive file")
+        }
+
+        let partial = Array(".\(String(decoding: leaf, as: UTF8.self)).partial-\(getpid())".utf8)
+        let fd: Int32
+        do {
+            fd = try withCName(partial) { (name) throws(Errno) in
+                try sys { openat(parentFD, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666) }
+            }
+        } catch {
+            throw UserError("cannot write \(archivePath): \(error)")
+        }
+        var done = false
+        defer {
+            close(fd)
+            if !done { _ = withCName(partial) { unlinkat(parentFD, $0, 0) } }
+        }
+        var summary: BackupSummary
+        do {
+            var backup = try BackupWriter(store: store, set: set, fd: fd, progress: progress)
+            summary = try backup.run()
+            try sys { fsync(fd) }
+            try withCName(partial) { (from) throws(Errno) in
+                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
+            }
+            done = true
+        } catch let error as UserError {
+            throw error
+        } catch {
+            throw UserError("cannot write \(archivePath): \(error)")
+        }
+        var info = stat()
+        if fstat(fd, &info) == 0 { summary.archiveBytes = Int64(info.st_size) }
+        return summary
+    }
+
+    /// An archive written inside the container would end up in its own backup.
+    private static func checkOutsideStore(_ parentPath: String, store: Store, archivePath: String) throws(UserError) {
+        guard let parent = realpath(parentPath, nil), let root = realpath(store.path, nil) else { return }
+        defer { free(parent); free(root) }
+        let (folder, storeRoot) = (String(cString: parent), String(cString: root))
+        if folder == storeRoot || folder.hasPrefix(storeRoot + "/") {
+            throw UserError.usage("\(archivePath) is inside the container \(store.path): write the archive outside it")
+        }
+    }
+}
+
+/// One backup being written: the manifest's room first, then every item, then the manifest.
+private struct BackupWriter {
+    let store: Store
+    let set: BackupSet
+    let writer: ArchiveWriter
+    let progress: ((Int64, Int64) -> Void)?
+    var summary = BackupSummary()
+    var records: [BackupManifest.Record] = []
+    /// The first path written for each hard-linked file.
+    var written: [InodeIdentity: ContainerPath] = [:]
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
+
+    init(store: Store, set: BackupSet, fd: Int32, progress: ((Int64, Int64) -> Void)?) throws {
+        self.store = store
+        self.set = set
+        self.progress = progress
+        writer = try ArchiveWriter(fd: fd)
+        records.reserveCapacity(set.items.count)
+    }
+
+    mutating func run() throws -> BackupSummary {
+        defer { buffer.deallocate() }
+        var manifest = BackupManifest(bundleName: store.layout.bundleName, bundleManifestDigest: BundleSignature.manifestDigest(of: store), records: [])
+        let room = reservedRoom(manifest.header)
+        let now = currentTime()
+        try writer.writeHeader(ArchiveEntryHeader(
+            path: BackupManifest.entryPath, type: S_IFREG, permissions: 0o644, size: Int64(room),
+            modified: now, accessed: now, uid: getuid(), gid: getgid()))
+        let manifestOffset = writer.sink.position
+        let padding = [UInt8](repeating: UInt8(ascii: "\n"), count: room)
+        try padding.withUnsafeBytes { try writer.writeData($0) }
+        try writer.finishEntry()
+
+        progress?(0, set.totalBytes)
+        for item in set.items {
+            switch item.kind {
+            case .directory:
+                try writer.writeHeader(header(item, info: item.info))
+                try writer.finishEntry()
+                records.append(.directory(item.path))
+            case .symlink:
+                var header = header(item, info: item.info)
+                header.symlinkTarget = item.symlinkTarget
+                try writer.writeHeader(header)
+                try writer.finishEntry()
+                records.append(.symlink(item.path, target: item.symlinkTarget ?? []))
+            case .file:
+                guard try writeFile(item) else {
+                    summary.vanished.append(item.path)
+                    continue
+                }
+            }
+            summary.entries += 1
+        }
+
+        manifest.records = records
+        var bytes = manifest.bytes
+        guard bytes.count <= room else {
+            throw ArchiveFailure(description: "the manifest outgrew its room (\(bytes.count) > \(room) bytes): the container changed a lot during the backup; try again")
+        }
+        bytes += padding[bytes.count...]
+        try writer.finish()
+        try writer.sink.patch(bytes, at: manifestOffset)
+        summary.manifestDigest = Array(SHA256.hash(data: bytes))
+        return summary
+    }
+
+    /// The manifest's size, known before any file is read: its header, a line per item as
+    /// the scan predicts it, and room for hard links that turn out otherwise (a file whose
+    /// first name vanished) — each such line can grow to a file line or name a longer path.
+    private func reservedRoom(_ header: [UInt8]) -> Int {
+        var room = header.count + 4096
+        var longestLinkedPath: [InodeIdentity: Int] = [:]
+        for item in set.items where item.kind == .file && item.info.st_nlink > 1 {
+            longestLinkedPath[InodeIdentity(item.info), default: 0] = max(longestLinkedPath[InodeIdentity(item.info)] ?? 0, BackupManifest.escape(item.path.bytes).count)
+        }
+        for item in set.items {
+            switch item.kind {
+            case .directory: room += BackupManifest.line(.directory(item.path)).count
+            case .symlink: room += BackupManifest.line(.symlink(item.path, target: item.symlinkTarget ?? [])).count
+            case .file:
+                let fileLine = BackupManifest.line(.file(item.path, sha256: [UInt8](repeating: 0, count: 32))).count
+                if let longest = longestLinkedPath[InodeIdentity(item.info)] {
+                    room += max(fileLine, BackupManifest.escape(item.path.bytes).count + longest + 4)
+                } else {
+                    room += fileLine
+                }
+            }
+        }
+        return room
+    }
+
+    private func header(_ item: BackupItem, info: stat) -> ArchiveEntryHeader {
+        ArchiveEntryHeader(
+            path: item.path.bytes, type: info.st_mode & S_IFMT, permissions: info.st_mode & 0o7777,
+            modified: info.st_mtim, accessed: info.st_atim, uid: info.st_uid, gid: info.st_gid,
+            attributes: item.attributes)
+    }
+
+    /// Writes a file, consistent with itself: read through one descriptor while hashing,
+    /// then checked unchanged (size, times); if it changed, its entry is taken back and it
+    /// is read again. Returns false if it is gone or no longer a file.
+    private mutating func writeFile(_ item: BackupItem) throws -> Bool {
+        // openat2 refusing every symlink on the way; O_NONBLOCK in case it became a FIFO.
+        let fd = withCName(item.path.bytes) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0) }
+        if fd < 0 {
+            if [ENOENT, ENOTDIR, ELOOP, ENXIO, EXDEV].contains(errno) { return false }  // gone or replaced
+            throw Errno.current
+        }
+        defer { close(fd) }
+        for _ in 0..<Backup.attempts {
+            var before = stat()
+            try sys { fstat(fd, &before) }
+            guard before.st_mode & S_IFMT == S_IFREG else { return false }
+            let identity = InodeIdentity(before)
+            if before.st_nlink > 1, let first = written[identity] {
+                var header = header(item, info: before)
+                header.hardLinkTarget = first.bytes
+                try writer.writeHeader(header)
+                try writer.finishEntry()
+                records.append(.hardLink(item.path, target: first))
+                return true
+            }
+            // A write in the same tick of the kernel's coarse clock as the last one leaves
+            // the times as they are: wait until that tick is over, so any write from now on
+            // shows. ctime, because no program can set it.
+            if !waitForTickAfter(before.st_ctim) { continue }
+            let mark = writer.sink.position
+            try writer.writeHeader(header(item, info: before))
+            var hasher = SHA256()
+            var remaining = Int64(before.st_size)
+            var offset: Int64 = 0
+            var changed = false
+            while remaining > 0 {
+                let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), remaining)), off_t(offset)) }
+                if count == 0 {
+                    changed = true  // it shrank
+                    break
+                }
+                let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+                hasher.update(bufferPointer: chunk)
+                try writer.writeData(chunk)
+                remaining -= Int64(count)
+                offset += Int64(count)
+                progress?(summary.bytes + offset, set.totalBytes)
+            }
+            var after = stat()
+            try sys { fstat(fd, &after) }
+            if changed || after.st_size != before.st_size || !same(after.st_mtim, before.st_mtim) || !same(after.st_ctim, before.st_ctim) {
+                // Take the entry back (libarchive fills a short entry with zeros as it
+                // finishes it); the sink still holds every byte since `mark`, or truncates.
+                try writer.finishEntry()
+                try writer.sink.rewind(to: mark)
+                continue
+            }
+            try writer.finishEntry()
+            records.append(.file(item.path, sha256: Array(hasher.finalize())))
+            if before.st_nlink > 1 { written[identity] = item.path }
+            summary.files += 1
+            summary.bytes += Int64(before.st_size)
+            return true
+        }
+        throw UserError("\(item.path) kept changing while it was read (\(Backup.attempts) tries): back up when the app is not writing it, or exclude it (containerfs exclude)")
+    }
+}
+
+private func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
+
+func currentTime() -> timespec {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return now
+}
+
+/// Waits (a few milliseconds at most) until the kernel's coarse clock, which stamps file
+/// times, has moved past `time`; false if it has not after a second (a clock set back).
+private func waitForTickAfter(_ time: timespec) -> Bool {
+    for _ in 0..<1000 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &now)
+        if (now.tv_sec, now.tv_nsec) > (time.tv_sec, time.tv_nsec) { return true }
+        usleep(1000)
+    }
+    return false
+}

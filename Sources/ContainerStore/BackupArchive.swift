@@ -1,0 +1,267 @@
+import CArchive
+import Glibc
+
+/// libarchive failed; the message says how (a corrupt archive, a failed write).
+struct ArchiveFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// The header of one archive entry, as a backup writes it.
+struct ArchiveEntryHeader {
+    var path: [UInt8]
+    /// `S_IFREG`, `S_IFDIR` or `S_IFLNK`.
+    var type: mode_t
+    var permissions: mode_t
+    var size: Int64 = 0
+    var modified: timespec
+    var accessed: timespec
+    var uid: uid_t
+    var gid: gid_t
+    var symlinkTarget: [UInt8]? = nil
+    var hardLinkTarget: [UInt8]? = nil
+    var attributes: [ExtendedAttribute] = []
+}
+
+/// Where a backup archive's bytes go: a buffered descriptor whose write position is known
+/// exactly (libarchive is set to pass every byte on at once), so that an entry can be
+/// taken back and written again, and a reserved range filled in at the end.
+final class ArchiveSink {
+    let fd: Int32
+    private let buffer: UnsafeMutableRawBufferPointer
+    private var count = 0
+    /// Bytes already handed to the kernel.
+    private var flushed: Int64 = 0
+    /// The first write error, reported by `ArchiveWriter`.
+    var error: Errno?
+
+    init(fd: Int32, capacity: Int = 1 << 20) {
+        self.fd = fd
+        buffer = .allocate(byteCount: capacity, alignment: 4096)
+    }
+
+    deinit { buffer.deallocate() }
+
+    /// The offset in the file of the next byte written.
+    var position: Int64 { flushed + Int64(count) }
+
+    /// Appends bytes; large writes go straight to the file.
+    func append(_ data: UnsafeRawBufferPointer) throws(Errno) {
+        if count + data.count > buffer.count { try flush() }
+        if data.count >= buffer.count {
+            try writeAll(data)
+            flushed += Int64(data.count)
+        } else {
+            UnsafeMutableRawBufferPointer(rebasing: buffer[count..<count + data.count]).copyMemory(from: data)
+            count += data.count
+        }
+    }
+
+    /// Hands what is buffered to the kernel.
+    func flush() throws(Errno) {
+        guard count > 0 else { return }
+        try writeAll(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        flushed += Int64(count)
+        count = 0
+    }
+
+    /// Forgets everything written from `offset` on.
+    func rewind(to offset: Int64) throws(Errno) {
+        if offset >= flushed {
+            count = Int(offset - flushed)
+            return
+        }
+        try sys { ftruncate(fd, off_t(offset)) }
+        try sys { lseek(fd, off_t(offset), SEEK_SET) }
+        flushed = offset
+        count = 0
+    }
+
+    /// Overwrites already written bytes at `offset` (after `flush`).
+    func patch(_ bytes: [UInt8], at offset: Int64) throws(Errno) {
+        var done = 0
+        while done < bytes.count {
+            let start = done
+            done += try sys { bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + start, $0.count - start, off_t(offset) + start) } }
+        }
+    }
+
+    private func writeAll(_ data: UnsafeRawBufferPointer) throws(Errno) {
+        var done = 0
+        while done < data.count {
+            let start = done
+            done += try sys { write(fd, data.baseAddress! + start, data.count - start) }
+        }
+    }
+}
+
+/// libarchive's write callback: everything goes to the `ArchiveSink`.
+private let sinkWrite: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeRawPointer?, Int) -> Int = { _, client, data, length in
+    let sink = Unmanaged<ArchiveSink>.fromOpaque(client!).takeUnretainedValue()
+    do throws(Errno) {
+        try sink.append(UnsafeRawBufferPointer(start: data, count: length))
+        return length
+    } catch {
+        sink.error = error
+        return -1
+    }
+}
+
+/// A pax tar being written with libarchive.
+final class ArchiveWriter {
+    private let archive: OpaquePointer
+    private let entry: OpaquePointer
+    let sink: ArchiveSink
+
+    init(fd: Int32) throws(ArchiveFailure) {
+        carchive_use_utf8_names()
+        sink = ArchiveSink(fd: fd)
+        archive = archive_write_new()
+        entry = archive_entry_new()
+        // No blocking: each byte reaches the sink at once, so its position is exact.
+        guard archive_write_set_format_pax(archive) == ARCHIVE_OK,
+              archive_write_set_bytes_per_block(archive, 0) == ARCHIVE_OK,
+              archive_write_open2(archive, Unmanaged.passUnretained(sink).toOpaque(), nil, sinkWrite, nil, nil) == ARCHIVE_OK
+        else { throw failure() }
+    }
+
+    deinit {
+        archive_entry_free(entry)
+        archive_write_free(archive)
+    }
+
+    /// Writes an entry's header; a file's data follows with `writeData`.
+    func writeHeader(_ header: ArchiveEntryHeader) throws(ArchiveFailure) {
+        archive_entry_clear(entry)
+        withCName(header.path) { archive_entry_copy_pathname(entry, $0) }
+        archive_entry_set_filetype(entry, UInt32(header.type))
+        archive_entry_set_perm(entry, header.permissions & 0o7777)
+        archive_entry_set_size(entry, header.size)
+        archive_entry_set_mtime(entry, header.modified.tv_sec, header.modified.tv_nsec)
+        archive_entry_set_atime(entry, header.accessed.tv_sec, header.accessed.tv_nsec)
+        archive_entry_set_uid(entry, Int64(header.uid))
+        archive_entry_set_gid(entry, Int64(header.gid))
+        if let target = header.symlinkTarget { withCName(target) { archive_entry_copy_symlink(entry, $0) } }
+        if let target = header.hardLinkTarget { withCName(target) { archive_entry_copy_hardlink(entry, $0) } }
+        for attribute in header.attributes {
+            withCName(attribute.name) { name in
+                attribute.value.withUnsafeBytes { archive_entry_xattr_add_entry(entry, name, $0.baseAddress, $0.count) }
+            }
+        }
+        guard archive_write_header(archive, entry) == ARCHIVE_OK else { throw failure() }
+    }
+
+    /// Writes data of the current entry.
+    func writeData(_ data: UnsafeRawBufferPointer) throws(ArchiveFailure) {
+        guard data.count > 0 else { return }
+        guard archive_write_data(archive, data.baseAddress, data.count) == data.count else { throw failure() }
+    }
+
+    /// Ends the current entry (its padding is written).
+    func finishEntry() throws(ArchiveFailure) {
+        guard archive_write_finish_entry(archive) == ARCHIVE_OK else { throw failure() }
+    }
+
+    /// Writes the end of the archive and hands everything to the kernel.
+    func finish() throws(ArchiveFailure) {
+        guard archive_write_close(archive) == ARCHIVE_OK else { throw failure() }
+        do { try sink.flush() } catch { throw ArchiveFailure(description: "\(error)") }
+    }
+
+    private func failure() -> ArchiveFailure {
+        if let error = sink.error { return ArchiveFailure(description: "\(error)") }
+        return ArchiveFailure(description: archive_error_string(archive).map { String(cString: $0) } ?? "libarchive error \(archive_errno(archive))")
+    }
+}
+
+/// One entry read from an archive.
+struct ArchiveEntryRead {
+    var path: [UInt8]
+    var type: mode_t
+    var permissions: mode_t
+    var size: Int64
+    var modified: timespec?
+    var accessed: timespec?
+    var symlinkTarget: [UInt8]?
+    var hardLinkTarget: [UInt8]?
+    var attributes: [ExtendedAttribute]
+    var isSparse: Bool
+}
+
+/// A tar archive being read with libarchive, from a descriptor.
+final class ArchiveReader {
+    private let archive: OpaquePointer
+
+    init(fd: Int32) throws(ArchiveFailure) {
+        carchive_use_utf8_names()
+        archive = archive_read_new()
+        // Only tar (pax, ustar, GNU), plain or with a common compression: nothing that
+        // makes libarchive start an outside program.
+        archive_read_support_format_tar(archive)
+        archive_read_support_filter_none(archive)
+        archive_read_support_filter_gzip(archive)
+        archive_read_support_filter_xz(archive)
+        archive_read_support_filter_zstd(archive)
+        guard archive_read_open_fd(archive, fd, 1 << 20) == ARCHIVE_OK else { throw failure() }
+    }
+
+    deinit { archive_read_free(archive) }
+
+    /// Bytes read from the file so far.
+    var bytesRead: Int64 { archive_filter_bytes(archive, -1) }
+
+    /// The next entry's header, or `nil` at the end of the archive.
+    func next() throws(ArchiveFailure) -> ArchiveEntryRead? {
+        var pointer: OpaquePointer?
+        let status = archive_read_next_header(archive, &pointer)
+        if status == ARCHIVE_EOF { return nil }
+        // ARCHIVE_WARN is what a name not convertible to this locale gives: not for us.
+        guard status == ARCHIVE_OK, let entry = pointer else { throw failure() }
+        var attributes: [ExtendedAttribute] = []
+        if archive_entry_xattr_reset(entry) > 0 {
+            var name: UnsafePointer<CChar>?
+            var value: UnsafeRawPointer?
+            var size = 0
+            while archive_entry_xattr_next(entry, &name, &value, &size) == ARCHIVE_OK, let name {
+                let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+                attributes.append(ExtendedAttribute(name: cBytes(name) ?? [], value: bytes))
+            }
+        }
+        return ArchiveEntryRead(
+            path: cBytes(archive_entry_pathname(entry)) ?? [],
+            type: archive_entry_filetype(entry),
+            permissions: archive_entry_perm(entry),
+            size: archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : 0,
+            modified: archive_entry_mtime_is_set(entry) != 0 ? timespec(tv_sec: archive_entry_mtime(entry), tv_nsec: archive_entry_mtime_nsec(entry)) : nil,
+            accessed: archive_entry_atime_is_set(entry) != 0 ? timespec(tv_sec: archive_entry_atime(entry), tv_nsec: archive_entry_atime_nsec(entry)) : nil,
+            symlinkTarget: cBytes(archive_entry_symlink(entry)),
+            hardLinkTarget: cBytes(archive_entry_hardlink(entry)),
+            attributes: attributes,
+            isSparse: archive_entry_sparse_count(entry) > 0)
+    }
+
+    /// Hands the current entry's data to `body` block by block, in order. Fails on a gap
+    /// (a sparse entry) or a read error (a corrupt or truncated archive).
+    func readData(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        var expected: Int64 = 0
+        while true {
+            var block: UnsafeRawPointer?
+            var size = 0
+            var offset: Int64 = 0
+            let status = archive_read_data_block(archive, &block, &size, &offset)
+            if status == ARCHIVE_EOF { return }
+            guard status == ARCHIVE_OK else { throw failure() }
+            guard offset == expected else { throw ArchiveFailure(description: "an entry's data has a gap (a sparse file)") }
+            if size > 0 { try body(UnsafeRawBufferPointer(start: block, count: size)) }
+            expected += Int64(size)
+        }
+    }
+
+    private func failure() -> ArchiveFailure {
+        ArchiveFailure(description: archive_error_string(archive).map { String(cString: $0) } ?? "libarchive error \(archive_errno(archive))")
+    }
+}
+
+/// A C string's bytes, never decoded.
+private func cBytes(_ string: UnsafePointer<CChar>?) -> [UInt8]? {
+    string.map { Array(UnsafeRawBufferPointer(start: $0, count: strlen($0))) }
+}

@@ -1,0 +1,233 @@
+import ContainerPolicy
+
+/// What a backup archive holds, written as its first entry (`.containerfs-backup/manifest`):
+/// the bundle it was taken from, then one line per archive entry, in archive order, with
+/// the SHA-256 of every file. A restore checks the whole archive against it.
+///
+/// Text, one record per line, fields separated by one space; paths and names are
+/// %-escaped bytes (see `escape`), so any name survives exactly:
+///
+/// ```
+/// containerfs-backup 1
+/// bundle Demo.app
+/// bundle-manifest-sha256 <hex, or - when the store has no signed manifest>
+/// d Documents
+/// f <sha256 hex> Documents/notes.txt
+/// l Documents/latest notes.txt            (symlink and its target)
+/// h Documents/copy.txt Documents/notes.txt  (hard link and the file it names)
+/// ```
+///
+/// Blank lines are padding and mean nothing: the manifest is written first with room
+/// reserved, and filled in once every file has been read and hashed.
+public struct BackupManifest: Equatable, Sendable {
+    /// One archive entry, as the manifest records it.
+    public enum Record: Equatable, Sendable {
+        case directory(ContainerPath)
+        case file(ContainerPath, sha256: [UInt8])
+        case symlink(ContainerPath, target: [UInt8])
+        case hardLink(ContainerPath, target: ContainerPath)
+
+        /// The entry's path.
+        public var path: ContainerPath {
+            switch self {
+            case .directory(let path), .file(let path, _), .symlink(let path, _), .hardLink(let path, _): path
+            }
+        }
+    }
+
+    /// The archive entry that holds the manifest.
+    public static let entryPath = Array(".containerfs-backup/manifest".utf8)
+    static let formatLine = "containerfs-backup 1"
+
+    /// The bundle's name, such as `Demo.app`.
+    public var bundleName: [UInt8]
+    /// The SHA-256 of the bundle's signed manifest, when the store has one.
+    public var bundleManifestDigest: [UInt8]?
+    /// The entries, in archive order.
+    public var records: [Record]
+
+    public init(bundleName: [UInt8], bundleManifestDigest: [UInt8]?, records: [Record]) {
+        self.bundleName = bundleName
+        self.bundleManifestDigest = bundleManifestDigest
+        self.records = records
+    }
+
+    /// The manifest's header lines, before the records.
+    var header: [UInt8] {
+        var out: [UInt8] = Array(Self.formatLine.utf8)
+        out.append(UInt8(ascii: "\n"))
+        out.append(contentsOf: "bundle ".utf8)
+        out.append(contentsOf: Self.escape(bundleName))
+        out.append(contentsOf: "\nbundle-manifest-sha256 ".utf8)
+        if let digest = bundleManifestDigest {
+            out.append(contentsOf: lowercaseHex(digest).utf8)
+        } else {
+            out.append(UInt8(ascii: "-"))
+        }
+        out.append(UInt8(ascii: "\n"))
+        return out
+    }
+
+    /// The manifest as bytes, without padding.
+    public var bytes: [UInt8] {
+        var out = header
+        for record in records { out.append(contentsOf: Self.line(record)) }
+        return out
+    }
+
+    /// One record's line, newline included.
+    static func line(_ record: Record) -> [UInt8] {
+        let space = UInt8(ascii: " ")
+        var out: [UInt8] = []
+        switch record {
+        case .directory(let path):
+            out.append(UInt8(ascii: "d"))
+            out.append(space)
+            out.append(contentsOf: escape(path.bytes))
+        case .file(let path, let sha256):
+            out.append(UInt8(ascii: "f"))
+            out.append(space)
+            out.append(contentsOf: lowercaseHex(sha256).utf8)
+            out.append(space)
+            out.append(contentsOf: escape(path.bytes))
+        case .symlink(let path, let target):
+            out.append(UInt8(ascii: "l"))
+            out.append(space)
+            out.append(contentsOf: escape(path.bytes))
+            out.append(space)
+            out.append(contentsOf: escape(target))
+        case .hardLink(let path, let target):
+            out.append(UInt8(ascii: "h"))
+            out.append(space)
+            out.append(contentsOf: escape(path.bytes))
+            out.append(space)
+            out.append(contentsOf: escape(target.bytes))
+        }
+        out.append(UInt8(ascii: "\n"))
+        return out
+    }
+
+    /// Parses a manifest; `nil` when it is not one (a corrupt or foreign archive).
+    public init?(parsing bytes: [UInt8]) {
+        let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
+        guard lines.count >= 3, lines[0].elementsEqual(Self.formatLine.utf8) else { return nil }
+        let bundleFields = lines[1].split(separator: 0x20, omittingEmptySubsequences: false)
+        let digestFields = lines[2].split(separator: 0x20, omittingEmptySubsequences: false)
+        guard bundleFields.count == 2, bundleFields[0].elementsEqual("bundle".utf8),
+              let bundleName = Self.unescape(bundleFields[1]), !bundleName.isEmpty,
+              digestFields.count == 2, digestFields[0].elementsEqual("bundle-manifest-sha256".utf8)
+        else { return nil }
+        self.bundleName = bundleName
+        if digestFields[1].elementsEqual([UInt8(ascii: "-")]) {
+            bundleManifestDigest = nil
+        } else {
+            guard let digest = unhex(digestFields[1]), digest.count == 32 else { return nil }
+            bundleManifestDigest = digest
+        }
+        var records: [Record] = []
+        records.reserveCapacity(lines.count)
+        for line in lines.dropFirst(3) {
+            let fields = line.split(separator: 0x20, omittingEmptySubsequences: false)
+            guard fields.count == 2 || fields.count == 3, fields[0].count == 1 else { return nil }
+            func path(_ field: ArraySlice<UInt8>) -> ContainerPath? {
+                guard let bytes = Self.unescape(field) else { return nil }
+                return ContainerPath(strict: bytes)
+            }
+            switch (fields[0].first!, fields.count) {
+            case (UInt8(ascii: "d"), 2):
+                guard let p = path(fields[1]) else { return nil }
+                records.append(.directory(p))
+            case (UInt8(ascii: "f"), 3):
+                guard let digest = unhex(fields[1]), digest.count == 32, let p = path(fields[2]) else { return nil }
+                records.append(.file(p, sha256: digest))
+            case (UInt8(ascii: "l"), 3):
+                guard let p = path(fields[1]), let target = Self.unescape(fields[2]), !target.isEmpty else { return nil }
+                records.append(.symlink(p, target: target))
+            case (UInt8(ascii: "h"), 3):
+                guard let p = path(fields[1]), let target = path(fields[2]) else { return nil }
+                records.append(.hardLink(p, target: target))
+            default:
+                return nil
+            }
+        }
+        self.records = records
+    }
+
+    /// Bytes 0x21…0x7E except `%` stand for themselves; every other byte is `%XX`.
+    static func escape(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        let digits = Array("0123456789ABCDEF".utf8)
+        for byte in bytes {
+            if byte > 0x20, byte < 0x7F, byte != UInt8(ascii: "%") {
+                out.append(byte)
+            } else {
+                out.append(UInt8(ascii: "%"))
+                out.append(digits[Int(byte >> 4)])
+                out.append(digits[Int(byte & 0xF)])
+            }
+        }
+        return out
+    }
+
+    /// The inverse of `escape`; `nil` for a malformed escape or a byte `escape` never leaves.
+    static func unescape(_ field: some Collection<UInt8>) -> [UInt8]? {
+        var out: [UInt8] = []
+        var iterator = field.makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else { return nil }
+                out.append(high << 4 | low)
+            } else {
+                guard byte > 0x20, byte < 0x7F else { return nil }
+                out.append(byte)
+            }
+        }
+        return out
+    }
+}
+
+extension ContainerPath {
+    /// A path from archive bytes, strictly: relative, components separated by single
+    /// slashes, none empty, `.` or `..`; `nil` otherwise. (The lenient `init(bytes:)`
+    /// drops empty and `.` components, which an archive has no reason to hold.)
+    init?(strict bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return nil }
+        let parts = bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        for part in parts {
+            if part.isEmpty || part.elementsEqual([0x2E]) || part.elementsEqual([0x2E, 0x2E]) { return nil }
+        }
+        self.init(components: parts.map(Array.init))
+    }
+}
+
+/// Lowercase hexadecimal.
+func lowercaseHex(_ bytes: some Sequence<UInt8>) -> String {
+    let digits = Array("0123456789abcdef".utf8)
+    var out: [UInt8] = []
+    for byte in bytes {
+        out.append(digits[Int(byte >> 4)])
+        out.append(digits[Int(byte & 0xF)])
+    }
+    return String(decoding: out, as: UTF8.self)
+}
+
+private func hexValue(_ byte: UInt8) -> UInt8? {
+    switch byte {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+    default: nil
+    }
+}
+
+private func unhex(_ field: some Collection<UInt8>) -> [UInt8]? {
+    guard field.count % 2 == 0 else { return nil }
+    var out: [UInt8] = []
+    var iterator = field.makeIterator()
+    while let high = iterator.next() {
+        guard let h = hexValue(high), let l = iterator.next().flatMap(hexValue) else { return nil }
+        out.append(h << 4 | l)
+    }
+    return out
+}

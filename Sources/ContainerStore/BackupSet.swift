@@ -1,0 +1,134 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+/// One item of a container's backup set.
+public struct BackupItem: Sendable {
+    /// What the item is.
+    public enum Kind: String, Sendable {
+        case directory, file, symlink
+    }
+
+    /// Its path in the container.
+    public let path: ContainerPath
+    public let kind: Kind
+    /// A file's size when the set was made (0 for the rest).
+    public let size: Int64
+    /// For a file with other names earlier in the set: the first of them.
+    public let hardLinkTarget: ContainerPath?
+    /// A symlink's target.
+    public let symlinkTarget: [UInt8]?
+    /// The item's `stat` when the set was made.
+    let info: stat
+    /// Its `user.*` extended attributes.
+    let attributes: [ExtendedAttribute]
+}
+
+/// A container's backup set (SPEC §4): `Documents/` (the inbox included) and `Library/`
+/// except `Library/Caches/`, minus what the exclusion attribute excludes; never the
+/// bundle, `tmp/` or the state folder. Found by walking the store through descriptors
+/// opened with `O_NOFOLLOW`: a symlink is an item, never a way elsewhere.
+public struct BackupSet: Sendable {
+    /// The items, each folder before what it holds, names in byte order.
+    public private(set) var items: [BackupItem] = []
+    /// Excluded files and folders (a folder stands for its subtree).
+    public private(set) var excluded: [(path: ContainerPath, kind: BackupItem.Kind)] = []
+    /// Sockets and FIFOs, which a backup cannot hold.
+    public private(set) var skipped: [ContainerPath] = []
+    /// The bytes of the files (each hard-linked file once).
+    public private(set) var totalBytes: Int64 = 0
+
+    /// The store's backup set now.
+    public static func scan(_ store: Store) throws(UserError) -> BackupSet {
+        var set = BackupSet()
+        var seen: [InodeIdentity: ContainerPath] = [:]
+        do {
+            for directory in [StandardDirectory.documents, .library] {
+                let name = directory.path.bytes
+                let fd = try withCName(name) { (cname) throws(Errno) in
+                    try sys { openat(store.rootFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                }
+                defer { close(fd) }
+                try set.walk(fd, path: directory.path, location: .standard(directory), layout: store.layout, seen: &seen)
+            }
+        } catch {
+            throw UserError("cannot read the backup set of \(store.path): \(error)")
+        }
+        return set
+    }
+
+    /// Adds the directory open at `fd` and, unless excluded, what it holds.
+    private mutating func walk(_ fd: Int32, path: ContainerPath, location: Location, layout: ContainerLayout, seen: inout [InodeIdentity: ContainerPath]) throws(Errno) {
+        var info = stat()
+        try sys { fstat(fd, &info) }
+        let attributes = try ExtendedAttributes.user(of: fd)
+        if BackupExclusion.excludes(attributes) {
+            excluded.append((path, .directory))
+            return
+        }
+        items.append(BackupItem(path: path, kind: .directory, size: 0, hardLinkTarget: nil, symlinkTarget: nil, info: info, attributes: attributes))
+        let entries = try Directory.entries(of: fd).map(\.name).sorted { $0.lexicographicallyPrecedes($1) }
+        for name in entries {
+            let childLocation = layout.child(name, of: location)
+            switch childLocation {
+            case .standard(.caches), .hidden, .bundle, .foreign, .root: continue
+            case .standard, .inside: break
+            }
+            if case .inside(let area) = childLocation, area != .data, area != .inbox { continue }
+            let childPath = path.appending(name)
+            var childInfo = stat()
+            let found = withCName(name) { fstatat(fd, $0, &childInfo, AT_SYMLINK_NOFOLLOW) }
+            guard found == 0 else {
+                if errno == ENOENT { continue }  // deleted while we walk: not in the set
+                throw Errno.current
+            }
+            switch childInfo.st_mode & S_IFMT {
+            case S_IFDIR:
+                let childFD: Int32
+                do {
+                    childFD = try withCName(name) { (cname) throws(Errno) in
+                        try sys { openat(fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                    }
+                } catch where [ENOENT, ENOTDIR, ELOOP].contains(error.code) {
+                    continue  // replaced while we walk
+                }
+                defer { close(childFD) }
+                try walk(childFD, path: childPath, location: childLocation, layout: layout, seen: &seen)
+            case S_IFREG:
+                let childAttributes = try ExtendedAttributes.user(at: fd, name)
+                if BackupExclusion.excludes(childAttributes) {
+                    excluded.append((childPath, .file))
+                    continue
+                }
+                var target: ContainerPath? = nil
+                if childInfo.st_nlink > 1 {
+                    let identity = InodeIdentity(childInfo)
+                    target = seen[identity]
+                    if target == nil { seen[identity] = childPath }
+                }
+                if target == nil { totalBytes += Int64(childInfo.st_size) }
+                items.append(BackupItem(path: childPath, kind: .file, size: Int64(childInfo.st_size), hardLinkTarget: target,
+                                        symlinkTarget: nil, info: childInfo, attributes: childAttributes))
+            case S_IFLNK:
+                let target: [UInt8]
+                do { target = try readLink(at: fd, name) } catch where error.code == ENOENT || error.code == EINVAL { continue }
+                // Linux keeps no user.* attributes on symlinks: only a folder can exclude one.
+                items.append(BackupItem(path: childPath, kind: .symlink, size: 0, hardLinkTarget: nil,
+                                        symlinkTarget: target, info: childInfo, attributes: []))
+            default:
+                skipped.append(childPath)
+            }
+        }
+    }
+}
+
+/// A file's identity on its filesystem, to find its other names (hard links).
+struct InodeIdentity: Hashable {
+    let device: UInt64
+    let inode: UInt64
+
+    init(_ info: stat) {
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+    }
+}

@@ -1,0 +1,422 @@
+import CLinux
+import ContainerPolicy
+import Crypto
+import Glibc
+
+/// What a restore made.
+public struct RestoreSummary: Sendable {
+    /// Entries restored (folders, files, symlinks, hard links).
+    public var entries = 0
+    /// Bytes of file data restored.
+    public var bytes: Int64 = 0
+    /// The bundle named in the backup.
+    public var bundleName: [UInt8] = []
+}
+
+/// Which pass a restore is in, for progress.
+public enum RestorePhase: String, Sendable {
+    case verifying, restoring
+}
+
+/// Makes a container from a backup archive, as a device restored from backup: the data
+/// from the archive, empty `Library/Caches` and `tmp`, and a fresh install of the bundle
+/// (SPEC §4, docs/backup.md).
+///
+/// The whole archive is checked against its manifest, and against the rules for hostile
+/// archives, before anything is written. The container is then built in a hidden sibling
+/// of `STORE`, through descriptors that follow no symlink, and renamed into place only
+/// when complete: a failure at any point leaves nothing behind.
+public enum Restore {
+    /// The largest manifest read into memory (about ten million entries).
+    static let manifestLimit: Int64 = 1 << 30
+
+    /// Restores `archivePath` into a new container at `storePath`, installing the bundle
+    /// at `bundlePath` as `create` does (signed with `installerKey`, when given).
+    public static func restore(archive archivePath: String, to storePath: String, bundle bundlePath: String,
+                               installerKey: InstallerKey? = nil,
+                               progress: ((RestorePhase, Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
+        let fd = Glibc.open(archivePath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw UserError("cannot read archive \(archivePath): \(Errno.current)") }
+        defer { close(fd) }
+        var before = stat()
+        guard fstat(fd, &before) == 0, before.st_mode & S_IFMT == S_IFREG else {
+            throw UserError.usage("\(archivePath) is not a file: name a backup archive made by 'containerfs backup'")
+        }
+        let bundleName = try checkBundle(bundlePath)
+        let (parentPath, leaf) = Store.splitParent(storePath)
+        let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parentFD >= 0 else {
+            throw UserError("cannot restore into \(storePath): its parent folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+        }
+        defer { close(parentFD) }
+        try checkTargetIsFree(parentFD, leaf, path: storePath)
+
+        // Pass 1: read the whole archive, writing nothing.
+        let manifest: BackupManifest
+        do {
+            var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), bundleName: bundleName, extractingInto: nil, progress: progress)
+            manifest = try pass.run()
+        } catch let refusal as Refusal {
+            throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
+        } catch let failure as ArchiveFailure {
+            throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
+        } catch {
+            throw UserError("cannot read archive \(archivePath): \(error); nothing was written")
+        }
+        guard manifest.bundleName == bundleName else {
+            throw UserError.usage("\(archivePath) is a backup of \(ContainerPath.printable(manifest.bundleName)), not \(ContainerPath.printable(bundleName)): name that app's bundle with --bundle; nothing was written")
+        }
+
+        // Pass 2: a fresh container aside, the data into it, then into place.
+        let staging = Array(".\(String(decoding: leaf, as: UTF8.self)).restoring-\(getpid())".utf8)
+        let stagingPath = (parentPath == "/" ? "" : parentPath) + "/" + String(decoding: staging, as: UTF8.self)
+        let store = try Store.create(at: stagingPath, bundle: bundlePath, installerKey: installerKey)
+        var summary = RestoreSummary()
+        do {
+            guard lseek(fd, 0, SEEK_SET) == 0 else { throw Errno.current }
+            var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), bundleName: bundleName, extractingInto: store, progress: progress)
+            pass.expected = manifest
+            _ = try pass.run()
+            summary.entries = pass.entries
+            summary.bytes = pass.bytes
+            // The archive must be the one verified: a change between the passes is refused.
+            var after = stat()
+            try sys { fstat(fd, &after) }
+            guard after.st_size == before.st_size, after.st_mtim.tv_sec == before.st_mtim.tv_sec,
+                  after.st_mtim.tv_nsec == before.st_mtim.tv_nsec, after.st_ctim.tv_nsec == before.st_ctim.tv_nsec
+            else { throw Refusal("it changed while it was being restored") }
+            let rootFD = try sys { openat(store.rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+            defer { close(rootFD) }
+            try sys { clinux_syncfs(rootFD) }
+            try withCName(staging) { (from) throws(Errno) in
+                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
+            }
+        } catch {
+            removeTree(at: parentFD, staging)
+            switch error {
+            case let refusal as Refusal: throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
+            case let failure as ArchiveFailure: throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
+            case let error as Errno where error.code == ENOTEMPTY || error.code == EEXIST:
+                throw UserError("cannot restore into \(storePath): something was put there during the restore; nothing was written")
+            default: throw UserError("cannot restore into \(storePath): \(error); nothing was written")
+            }
+        }
+        summary.bundleName = manifest.bundleName
+        return summary
+    }
+
+    /// The bundle's name, after the checks `create` makes, so that they come before the
+    /// long first pass.
+    private static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
+        var info = stat()
+        guard lstat(bundlePath, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw UserError.usage("no bundle folder at \(bundlePath): name the app's NAME.app folder with --bundle")
+        }
+        return Store.splitParent(bundlePath).leaf
+    }
+
+    private static func checkTargetIsFree(_ parentFD: Int32, _ leaf: [UInt8], path: String) throws(UserError) {
+        var info = stat()
+        guard withCName(leaf, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
+        if info.st_mode & S_IFMT == S_IFDIR, let fd = try? withCName(leaf, { (name) throws(Errno) in
+            try sys { openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        }) {
+            defer { close(fd) }
+            if (try? Directory.entries(of: fd).isEmpty) == true { return }
+        }
+        throw UserError.usage("\(path) already exists and is not an empty folder: restore into a new path")
+    }
+}
+
+/// Why an archive is refused: one phrase naming the entry and the rule.
+struct Refusal: Error {
+    let reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
+/// One pass over an archive. Without a store it verifies: every entry against the rules
+/// and the manifest, every file's SHA-256 against it. With a store it checks every entry
+/// again (all but the hashes) and writes it below the store's root.
+private struct ArchivePass {
+    let reader: ArchiveReader
+    let total: Int64
+    let store: Store?
+    let progress: ((RestorePhase, Int64, Int64) -> Void)?
+    /// The verified manifest, for the second pass.
+    var expected: BackupManifest?
+    var entries = 0
+    var bytes: Int64 = 0
+
+    /// Paths of the entries so far, by kind: a path may appear once, an entry's parent
+    /// must be an earlier folder, a hard link must name an earlier file.
+    private var directories: Set<ContainerPath> = []
+    private var files: Set<ContainerPath> = []
+    private var others: Set<ContainerPath> = []
+    /// Folders made, to set their modes and times last (children first).
+    private var madeDirectories: [(path: ContainerPath, entry: ArchiveEntryRead)] = []
+    /// The folder entries are written into, kept open while siblings follow.
+    private var parent: (path: ContainerPath, fd: Int32)?
+    private let layout: ContainerLayout
+    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
+
+    init(fd: Int32, total: Int64, bundleName: [UInt8], extractingInto store: Store?, progress: ((RestorePhase, Int64, Int64) -> Void)?) throws {
+        reader = try ArchiveReader(fd: fd)
+        self.total = total
+        self.store = store
+        self.progress = progress
+        layout = ContainerLayout(bundleName: bundleName)
+    }
+
+    mutating func run() throws -> BackupManifest {
+        defer {
+            buffer.deallocate()
+            if let parent { close(parent.fd) }
+        }
+        let phase: RestorePhase = store == nil ? .verifying : .restoring
+        progress?(phase, 0, total)
+        guard let first = try reader.next(), first.path == BackupManifest.entryPath, first.type == S_IFREG, first.hardLinkTarget == nil else {
+            throw Refusal("it is not a containerfs backup (its first entry is not \(String(decoding: BackupManifest.entryPath, as: UTF8.self)))")
+        }
+        guard first.size <= Restore.manifestLimit else { throw Refusal("its manifest is implausibly large") }
+        var manifestBytes: [UInt8] = []
+        manifestBytes.reserveCapacity(Int(first.size))
+        try reader.readData { manifestBytes += $0 }
+        guard let manifest = BackupManifest(parsing: manifestBytes) else { throw Refusal("its manifest is malformed") }
+        if let expected, expected != manifest { throw Refusal("its manifest changed between the passes") }
+
+        var index = 0
+        while let entry = try reader.next() {
+            let (path, kind) = try check(entry)
+            guard index < manifest.records.count else {
+                throw Refusal("entry \(path) is not in the manifest")
+            }
+            let record = manifest.records[index]
+            index += 1
+            if let store {
+                try extract(entry, path: path, kind: kind, record: record, into: store)
+            } else {
+                try verify(entry, path: path, kind: kind, record: record)
+            }
+            entries += 1
+            progress?(phase, reader.bytesRead, total)
+        }
+        guard index == manifest.records.count else {
+            throw Refusal("it ends before \(manifest.records[index].path), which the manifest lists: it is truncated")
+        }
+        if store != nil { try finishDirectories() }
+        progress?(phase, total, total)
+        return manifest
+    }
+
+    /// The rules every entry must pass (docs/backup.md, "Hostile archives"); returns the
+    /// entry's path and what it is.
+    private mutating func check(_ entry: ArchiveEntryRead) throws -> (ContainerPath, BackupItem.Kind?) {
+        let shown = ContainerPath.printable(entry.path)
+        var bytes = entry.path
+        if entry.type == S_IFDIR { while bytes.count > 1, bytes.last == UInt8(ascii: "/") { bytes.removeLast() } }
+        if bytes.first == UInt8(ascii: "/") { throw Refusal("entry \(shown) has an absolute path") }
+        let parts = bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        if parts.contains(where: { $0.elementsEqual([0x2E, 0x2E]) }) { throw Refusal("entry \(shown) has '..' in its path") }
+        guard let path = ContainerPath(strict: bytes) else { throw Refusal("entry \(shown) has a malformed path") }
+
+        // What it is: a hard link (to an earlier file), a file, a folder or a symlink.
+        let kind: BackupItem.Kind?
+        if entry.hardLinkTarget != nil {
+            guard entry.type == S_IFREG || entry.type == 0 else { throw Refusal("entry \(path) is a hard link of an odd type") }
+            kind = nil
+        } else {
+            switch entry.type {
+            case S_IFREG: kind = .file
+            case S_IFDIR: kind = .directory
+            case S_IFLNK: kind = .symlink
+            case S_IFCHR, S_IFBLK: throw Refusal("entry \(path) is a device file")
+            case S_IFIFO: throw Refusal("entry \(path) is a FIFO")
+            case S_IFSOCK: throw Refusal("entry \(path) is a socket")
+            default: throw Refusal("entry \(path) is of an unknown type")
+            }
+        }
+        if entry.isSparse { throw Refusal("entry \(path) is a sparse file") }
+
+        // Where it is: only the backup set.
+        switch layout.location(of: path) {
+        case .standard(.documents), .standard(.inbox), .standard(.library), .standard(.applicationSupport), .standard(.preferences):
+            guard kind == .directory else { throw Refusal("entry \(path) would replace a standard folder") }
+        case .inside(.data), .inside(.inbox):
+            break
+        case .standard(.caches), .inside(.cache): throw Refusal("entry \(path) is in Library/Caches, which is never backed up")
+        case .standard(.tmp), .inside(.temporary): throw Refusal("entry \(path) is in tmp, which is never backed up")
+        case .bundle: throw Refusal("entry \(path) is in the bundle, which a backup never holds")
+        case .hidden: throw Refusal("entry \(path) is in the state folder, which a backup never holds")
+        case .root, .foreign, .inside, .standard: throw Refusal("entry \(path) is outside the backup set (Documents/ and Library/)")
+        }
+        if directories.contains(path) || files.contains(path) || others.contains(path) {
+            throw Refusal("entry \(path) appears twice")
+        }
+        let parentPath = ContainerPath(components: Array(path.components.dropLast()))
+        if !parentPath.components.isEmpty, !directories.contains(parentPath) {
+            if others.contains(parentPath) || isBelowSymlinkOrFile(path) {
+                throw Refusal("entry \(path) passes through a symlink or a file")
+            }
+            throw Refusal("entry \(path) comes before its folder")
+        }
+        if let target = entry.hardLinkTarget {
+            guard let targetPath = ContainerPath(strict: target), files.contains(targetPath) else {
+                throw Refusal("entry \(path) is a hard link to \(ContainerPath.printable(target)), which is not an earlier file of the archive")
+            }
+        }
+        if kind == .symlink, (entry.symlinkTarget ?? []).isEmpty { throw Refusal("entry \(path) is a symlink without a target") }
+        for attribute in entry.attributes where !attribute.name.starts(with: Array("user.".utf8)) {
+            throw Refusal("entry \(path) carries the extended attribute \(ContainerPath.printable(attribute.name)); a backup holds only user.* attributes")
+        }
+        switch kind {
+        case .directory: directories.insert(path)
+        case .file, nil: files.insert(path)
+        case .symlink: others.insert(path)
+        }
+        return (path, kind)
+    }
+
+    private func isBelowSymlinkOrFile(_ path: ContainerPath) -> Bool {
+        (1..<path.components.count).contains { count in
+            let ancestor = ContainerPath(components: Array(path.components.prefix(count)))
+            return others.contains(ancestor) || files.contains(ancestor)
+        }
+    }
+
+    /// Pass 1: the entry is what the manifest says, a file's data hashes to its SHA-256.
+    private mutating func verify(_ entry: ArchiveEntryRead, path: ContainerPath, kind: BackupItem.Kind?, record: BackupManifest.Record) throws {
+        let found: BackupManifest.Record
+        switch kind {
+        case .directory: found = .directory(path)
+        case .symlink: found = .symlink(path, target: entry.symlinkTarget ?? [])
+        case nil: found = .hardLink(path, target: ContainerPath(strict: entry.hardLinkTarget!)!)
+        case .file:
+            var hasher = SHA256()
+            var size: Int64 = 0
+            try reader.readData { chunk in
+                hasher.update(bufferPointer: chunk)
+                size += Int64(chunk.count)
+            }
+            guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
+            bytes += size
+            found = .file(path, sha256: Array(hasher.finalize()))
+        }
+        guard found == record else {
+            if case .file(let p, _) = record, p == path {
+                throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
+            }
+            throw Refusal("entry \(path) does not match its manifest (which lists \(record.path) there): the archive was changed or damaged")
+        }
+    }
+
+    /// Pass 2: the entry again against the manifest (not the hashes: pass 1 did those, and
+    /// the archive is checked unchanged afterwards), then written.
+    private mutating func extract(_ entry: ArchiveEntryRead, path: ContainerPath, kind: BackupItem.Kind?, record: BackupManifest.Record, into store: Store) throws {
+        switch (kind, record) {
+        case (.directory, .directory(let p)) where p == path: break
+        case (.file, .file(let p, _)) where p == path: break
+        case (.symlink, .symlink(let p, let target)) where p == path && target == entry.symlinkTarget: break
+        case (nil, .hardLink(let p, let target)) where p == path && target.bytes == entry.hardLinkTarget: break
+        default: throw Refusal("entry \(path) does not match its manifest: the archive was changed during the restore")
+        }
+        let parentFD = try openParent(of: path, in: store)
+        let name = path.components.last!
+        switch kind {
+        case .directory:
+            if case .standard = layout.location(of: path) {
+                // Made by the fresh install already.
+            } else {
+                try withCName(name) { (cname) throws(Errno) in _ = try sys { mkdirat(parentFD, cname, 0o700) } }
+            }
+            if !entry.attributes.isEmpty {
+                let fd = try withCName(name) { (cname) throws(Errno) in
+                    try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                }
+                defer { close(fd) }
+                try setAttributes(entry.attributes, fd)
+            }
+            madeDirectories.append((path, entry))
+        case .file:
+            let fd = try withCName(name) { (cname) throws(Errno) in
+                try sys { openat(parentFD, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+            }
+            defer { close(fd) }
+            var size: Int64 = 0
+            try reader.readData { chunk in
+                var done = 0
+                while done < chunk.count {
+                    let start = done
+                    done += try sys { write(fd, chunk.baseAddress! + start, chunk.count - start) }
+                }
+                size += Int64(chunk.count)
+            }
+            guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
+            bytes += size
+            try setAttributes(entry.attributes, fd)
+            try sys { fchmod(fd, entry.permissions & 0o7777) }
+            var times = self.times(entry)
+            try sys { futimens(fd, &times) }
+        case .symlink:
+            try withCName(entry.symlinkTarget!) { (target) throws(Errno) in
+                try withCName(name) { (cname) throws(Errno) in _ = try sys { symlinkat(target, parentFD, cname) } }
+            }
+            var times = self.times(entry)
+            try withCName(name) { (cname) throws(Errno) in _ = try sys { utimensat(parentFD, cname, &times, AT_SYMLINK_NOFOLLOW) } }
+        case nil:
+            let target = ContainerPath(strict: entry.hardLinkTarget!)!
+            let targetParent = ContainerPath(components: Array(target.components.dropLast()))
+            let targetParentFD = try withCName(targetParent.bytes) { (cname) throws(Errno) in
+                try sys { clinux_open_beneath(store.rootFD, cname, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC, 0) }
+            }
+            defer { close(targetParentFD) }
+            // linkat without AT_SYMLINK_FOLLOW links the named entry itself, never what it points to.
+            try withCName(target.components.last!) { (from) throws(Errno) in
+                try withCName(name) { (to) throws(Errno) in _ = try sys { linkat(targetParentFD, from, parentFD, to, 0) } }
+            }
+        }
+    }
+
+    /// The folder holding `path`, opened below the store's root with openat2 refusing
+    /// every symlink; kept open for the siblings that follow.
+    private mutating func openParent(of path: ContainerPath, in store: Store) throws(Errno) -> Int32 {
+        let parentPath = ContainerPath(components: Array(path.components.dropLast()))
+        if let parent, parent.path == parentPath { return parent.fd }
+        if let parent { close(parent.fd) }
+        parent = nil
+        let fd = try withCName(parentPath.components.isEmpty ? [0x2E] : parentPath.bytes) { (cname) throws(Errno) in
+            try sys { clinux_open_beneath(store.rootFD, cname, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC, 0) }
+        }
+        parent = (parentPath, fd)
+        return fd
+    }
+
+    /// Sets folders' modes and times once everything inside them is written, deepest first.
+    private mutating func finishDirectories() throws {
+        guard let store else { return }
+        if let parent { close(parent.fd) }
+        parent = nil
+        for (path, entry) in madeDirectories.reversed() {
+            let fd = try withCName(path.bytes) { (cname) throws(Errno) in
+                try sys { clinux_open_beneath(store.rootFD, cname, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
+            }
+            defer { close(fd) }
+            try sys { fchmod(fd, entry.permissions & 0o7777) }
+            var times = self.times(entry)
+            try sys { futimens(fd, &times) }
+        }
+    }
+
+    private func setAttributes(_ attributes: [ExtendedAttribute], _ fd: Int32) throws(Errno) {
+        for attribute in attributes {
+            try withCName(attribute.name) { (name) throws(Errno) in
+                _ = try sys { attribute.value.withUnsafeBytes { fsetxattr(fd, name, $0.baseAddress, $0.count, 0) } }
+            }
+        }
+    }
+
+    /// Access and modification times for utimensat; a time the archive lacks is left as is.
+    private func times(_ entry: ArchiveEntryRead) -> [timespec] {
+        let omit = timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)
+        return [entry.accessed ?? entry.modified ?? omit, entry.modified ?? omit]
+    }
+}
