@@ -36,4 +36,6 @@ status=0
 python3 "$here/bench.py" "$@" || status=$?
 # Bundle verification (issue 3): verify --full against sha256sum, and a warm verify.
 "$here/verify.sh" "$@" || status=$?
+# Backup and restore (issue 5): against tar -c / tar -x of the same files.
+"$here/backup.sh" "$@" || status=$?
 exit "$status"
