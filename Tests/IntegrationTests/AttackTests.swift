@@ -241,6 +241,73 @@ struct AttackTests {
         }
     }
 
+    @Test("a read-only descriptor of a bundle file cannot be reopened for writing through /proc/self/fd")
+    func reopenThroughProc() throws {
+        try withMountedContainer { container in
+            let probe = try Probe(container)
+            let plist = container.mounted("Demo.app/Info.plist")
+            let readOnly = open(plist, O_RDONLY | O_CLOEXEC)
+            let pathOnly = open(plist, clinux_O_PATH | O_CLOEXEC)
+            #expect(readOnly >= 0 && pathOnly >= 0)
+            defer {
+                close(readOnly)
+                close(pathOnly)
+            }
+            for fd in [readOnly, pathOnly] {
+                for (flags, label) in [(O_WRONLY, "O_WRONLY"), (O_RDWR, "O_RDWR"), (O_RDONLY | O_TRUNC, "O_RDONLY|O_TRUNC")] {
+                    try probe.denied(
+                        "reopen \(fd == readOnly ? "a read" : "an O_PATH") descriptor \(label)",
+                        Self.bundleDenial("open", ["Demo.app/Info.plist"], ["bundle"])
+                    ) {
+                        withOpened("/proc/self/fd/\(fd)", flags) { writeAll($0, bytes("pwned")) }
+                    }
+                }
+            }
+            try probe.finish()
+        }
+    }
+
+    /// The daemon never follows a symlink while touching the store (SPEC §2): changing a
+    /// symlink itself changes the link, never what it points to — here a bundle file, through
+    /// the mount and directly in the store.
+    @Test("changing a symlink itself never reaches its target")
+    func symlinkItselfNotItsTarget() throws {
+        try withMountedContainer { container in
+            let probe = try Probe(container)
+            let m = container.mounted
+            let targets = [
+                ("Documents/relative", "../Demo.app/Info.plist"),
+                ("Documents/into-store", container.stored("Demo.app/Info.plist")),
+                ("Documents/into-mount", m("Demo.app/Info.plist")),
+            ]
+            for (link, target) in targets {
+                probe.allowed("symlink \(link)") { outcome(symlink(target, m(link))) }
+                probe.allowed("lchown \(link)") { outcome(lchown(m(link), 1000, 1000)) }
+                probe.allowed("utimensat without following \(link)") {
+                    outcome(utimensat(AT_FDCWD, m(link), times(1_000_000_000), AT_SYMLINK_NOFOLLOW))
+                }
+                // A hard link without AT_SYMLINK_FOLLOW names the symlink, not its target.
+                probe.allowed("linkat the symlink \(link)") { outcome(linkat(AT_FDCWD, m(link), AT_FDCWD, m(link + ".hard"), 0)) }
+                #expect(linkTarget(container.stored(link + ".hard")) == target, "\(link).hard is not the symlink")
+                probe.allowed("rename \(link)") { outcome(rename(m(link), m(link + ".moved"))) }
+                #expect(status(container.stored(link + ".moved")).map { $0.st_mode & S_IFMT == S_IFLNK && $0.st_uid == 1000 } == true)
+                #expect(status(container.stored(link + ".moved"))?.st_mtim.tv_sec == 1_000_000_000)
+                try probe.expectBundleUnchanged("after changing \(link)")
+            }
+            // With AT_SYMLINK_FOLLOW the link's target is the source: the bundle file.
+            try probe.denied(
+                "linkat following a symlink into the bundle",
+                Self.bundleDenial(
+                    "link", ["Demo.app/Info.plist", "Documents/followed"], ["bundle", "data"], rule: "linkWouldExposeReadOnlyFile"),
+                watching: ["Documents/followed"]
+            ) {
+                outcome(linkat(AT_FDCWD, m("Documents/relative.moved"), AT_FDCWD, m("Documents/followed"), AT_SYMLINK_FOLLOW))
+            }
+            #expect(status(container.stored("Demo.app/Info.plist"))?.st_nlink == 1)
+            try probe.finish()
+        }
+    }
+
     @Test(".containerfs cannot be seen, reached, made or replaced through the mount")
     func stateFolderIsUnreachable() throws {
         try withMountedContainer(beforeMounting: { container in

@@ -344,6 +344,14 @@ let attempts: [Attempt] = [
             #expect(contents(s.s(s.file)) == s.original + bytes("+more"))
         }),
     Attempt(
+        "open-rdonly-append", .changeContent, audited: "open", names: [.file],
+        act: { s in
+            withOpened(s.m(s.file), O_RDONLY | O_APPEND)
+        },
+        effect: { s in
+            #expect(contents(s.s(s.file)) == s.original)
+        }),
+    Attempt(
         "open-rdonly-trunc", .changeContent, audited: "open", names: [.file],
         act: { s in
             withOpened(s.m(s.file), O_RDONLY | O_TRUNC)
@@ -740,6 +748,39 @@ struct PolicyThroughMountTests {
                 }
             }
             #expect(status(container.stored(directory)).map { $0.st_mode & S_IFMT == S_IFDIR } == true)
+            try probe.finish()
+        }
+    }
+
+    /// SPEC §2: a denial's record names the process (its pid and name), also when one of
+    /// its threads, under a name of its own, made the call.
+    @Test("the audit record names the process, not the thread that was denied")
+    func auditNamesTheProcess() throws {
+        try withMountedContainer { container in
+            let probe = try Probe(container)
+            let script = """
+                import ctypes, os, sys, threading
+                libc = ctypes.CDLL(None, use_errno=True)
+                def worker():
+                    libc.prctl(15, b"worker", 0, 0, 0)  # PR_SET_NAME: the thread's own name
+                    try:
+                        open(sys.argv[1], 'w')
+                    except PermissionError:
+                        print(os.getpid())
+                thread = threading.Thread(target=worker)
+                thread.start()
+                thread.join()
+                print(open('/proc/self/comm').read().strip())
+                """
+            let result = try runProgram(["python3", "-c", script, container.mounted("Demo.app/Info.plist")])
+            let lines = result.stdout.split(separator: "\n").map(String.init)
+            #expect(result.status == 0 && lines.count == 2, "\(result)")
+            let records = try probe.takeAuditRecords(atLeast: 1)
+            #expect(records.count == 1)
+            if let record = records.first, lines.count == 2 {
+                #expect((record["pid"] as? NSNumber)?.stringValue == lines[0], "the process's pid: \(record)")
+                #expect(record["process"] as? String == lines[1], "the process's name: \(record)")
+            }
             try probe.finish()
         }
     }

@@ -112,6 +112,11 @@ final class Probe {
         if let process {
             #expect(record["process"] as? String == process, "\(label): audited \(record)", sourceLocation: sourceLocation)
         }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let time = (record["time"] as? String).flatMap(formatter.date(from:))
+        #expect(time.map { abs($0.timeIntervalSinceNow) < 300 } == true, "\(label): audited time \(record)", sourceLocation: sourceLocation)
+        #expect((record["pid"] as? NSNumber).map { $0.intValue > 0 } == true, "\(label): audited \(record)", sourceLocation: sourceLocation)
         if records.count > audited + 1 {
             Issue.record("\(label): more than one audit record: \(records[(audited + 1)...])", sourceLocation: sourceLocation)
         }
