@@ -752,6 +752,30 @@ struct PolicyThroughMountTests {
         }
     }
 
+    /// Listing is reading: a folder larger than one kernel buffer lists every entry once,
+    /// and never the store's `CACHEDIR.TAG`, however the entries fall across buffers.
+    @Test("large folders list completely", arguments: ["Documents", "Library/Caches", "tmp"])
+    func largeFolders(_ directory: String) throws {
+        try withMountedContainer { container in
+            let probe = try Probe(container)
+            let names = (0..<1000).map { String(format: "%04d-", $0) + String(repeating: "n", count: 150) }
+            let made = try runProgram(
+                [
+                    "python3", "-c", "import sys, os\nfor n in sys.argv[2:]: open(os.path.join(sys.argv[1], n), 'w').close()",
+                    container.mounted(directory),
+                ] + names)
+            #expect(made.status == 0, "\(made)")
+            let expected = Set(names).union(directory == "Documents" ? ["Inbox"] : [])
+            let listed = try FileManager.default.contentsOfDirectory(atPath: container.mounted(directory))
+            #expect(listed.count == expected.count && Set(listed) == expected, "listed \(listed.count) of \(expected.count)")
+            let ls = try runProgram(["ls", "-f", "-A", container.mounted(directory)])
+            #expect(ls.stdout.split(separator: "\n").count == expected.count, "ls -f lists \(ls.stdout.split(separator: "\n").count)")
+            let stored = Set(try FileManager.default.contentsOfDirectory(atPath: container.stored(directory)))
+            #expect(stored.subtracting(["CACHEDIR.TAG"]) == expected)
+            try probe.finish()
+        }
+    }
+
     /// SPEC §2: a denial's record names the process (its pid and name), also when one of
     /// its threads, under a name of its own, made the call.
     @Test("the audit record names the process, not the thread that was denied")
