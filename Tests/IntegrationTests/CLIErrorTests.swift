@@ -1,0 +1,256 @@
+import Foundation
+import Glibc
+import Testing
+
+/// Bad input (SPEC §9): one line on stderr saying what is wrong and what to do, a non-zero
+/// exit (64 for misuse of the command line), and the store — or whatever was named —
+/// left exactly as it was.
+@Suite("CLI errors")
+struct CLIErrorTests {
+    // MARK: create
+
+    @Test func createWithAMissingBundle() throws {
+        let scene = try CLIScene()
+        let result = try scene.unchanged { try containerfs(["create", scene.base + "/store", "--bundle", scene.base + "/Missing.app"]) }
+        expectUserError(result, mentions: ["Missing.app"], advice: [".app", "--bundle"])
+    }
+
+    @Test func createWithABundleNotNamedApp() throws {
+        let scene = try CLIScene()
+        try FileManager.default.createDirectory(atPath: scene.base + "/Thing", withIntermediateDirectories: true)
+        let result = try scene.unchanged { try containerfs(["create", scene.base + "/store", "--bundle", scene.base + "/Thing"]) }
+        expectUserError(result, status: 64, mentions: ["Thing"], advice: ["NAME.app", ".app"])
+    }
+
+    @Test func createWithABundleThatIsASymlink() throws {
+        let scene = try CLIScene()
+        try FileManager.default.createSymbolicLink(atPath: scene.base + "/Link.app", withDestinationPath: scene.bundle)
+        let result = try scene.unchanged { try containerfs(["create", scene.base + "/store", "--bundle", scene.base + "/Link.app"]) }
+        expectUserError(result, mentions: ["Link.app", "symlink"], advice: ["real", "folder"])
+    }
+
+    @Test func createWithABundleHoldingAFIFO() throws {
+        let scene = try CLIScene()
+        #expect(mkfifo(scene.bundle + "/res/pipe", 0o644) == 0)
+        // A FIFO opened for copying would block forever: bound the wait.
+        let result = try scene.unchanged {
+            try runProgram(["timeout", "30", containerfsBinary, "create", scene.base + "/store", "--bundle", scene.bundle])
+        }
+        #expect(result.status != 124, "create hung on the FIFO")
+        expectUserError(result, mentions: ["pipe"], advice: ["remove", "only"])
+    }
+
+    @Test func createOverANonEmptyFolder() throws {
+        let scene = try CLIScene()
+        let target = scene.base + "/occupied"
+        try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        try Data("mine\n".utf8).write(to: URL(fileURLWithPath: target + "/file"))
+        let result = try scene.unchanged { try containerfs(["create", target, "--bundle", scene.bundle]) }
+        expectUserError(result, mentions: ["occupied"], advice: ["new path", "choose", "empty"])
+    }
+
+    @Test func createOverAnExistingStore() throws {
+        let container = try MountedContainer()
+        let before = try treeDigest(container.store)
+        let result = try containerfs(["create", container.store, "--bundle", container.base + "/Demo.app"])
+        expectUserError(result, mentions: [container.store], advice: ["new path", "choose", "empty"])
+        #expect(try treeDigest(container.store) == before, "the store changed")
+    }
+
+    // MARK: mount
+
+    @Test func mountAMissingStore() throws {
+        let scene = try CLIScene()
+        try FileManager.default.createDirectory(atPath: scene.base + "/mnt", withIntermediateDirectories: true)
+        let result = try scene.unchanged { try containerfs(["mount", scene.base + "/nostore", scene.base + "/mnt"]) }
+        expectUserError(result, mentions: ["nostore"], advice: ["create"])
+        #expect(!isMountPoint(scene.base + "/mnt"))
+    }
+
+    @Test func mountAFolderThatIsNotAStore() throws {
+        let scene = try CLIScene()
+        let foreign = scene.base + "/foreign"
+        try FileManager.default.createDirectory(atPath: foreign + "/Documents", withIntermediateDirectories: true)
+        try Data("not a container\n".utf8).write(to: URL(fileURLWithPath: foreign + "/notes.txt"))
+        try FileManager.default.createDirectory(atPath: scene.base + "/mnt", withIntermediateDirectories: true)
+        let result = try scene.unchanged { try containerfs(["mount", foreign, scene.base + "/mnt"]) }
+        expectUserError(result, mentions: ["foreign", "not a container"], advice: ["create"])
+        #expect(!isMountPoint(scene.base + "/mnt"))
+    }
+
+    @Test func mountOnAMissingMountPoint() throws {
+        let container = try MountedContainer()
+        let missing = container.base + "/nowhere"
+        let result = try unchangedStore(container) { try containerfs(["mount", container.store, missing]) }
+        expectUserError(result, mentions: ["nowhere"], advice: ["mkdir", "create"])
+        #expect(!FileManager.default.fileExists(atPath: missing), "the mount point must not be made")
+    }
+
+    @Test func mountOnAFile() throws {
+        let container = try MountedContainer()
+        let file = container.base + "/file"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: file))
+        let result = try unchangedStore(container) { try containerfs(["mount", container.store, file]) }
+        expectUserError(result, mentions: [file], advice: ["folder", "directory"])
+    }
+
+    @Test func mountAStoreThatIsAlreadyMounted() throws {
+        try withMountedContainer { container in
+            let second = container.base + "/second"
+            try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
+            let result = try unchangedStore(container) { try containerfs(["mount", container.store, second]) }
+            // It names where the store is mounted, and says to unmount it.
+            expectUserError(result, mentions: ["already mounted", container.mountpoint], advice: ["unmount"])
+            #expect(!isMountPoint(second))
+            #expect(FileManager.default.fileExists(atPath: container.mounted("Demo.app/Info.plist")), "the first mount still works")
+        }
+    }
+
+    @Test func mountOnAMountPointThatIsAlreadyMounted() throws {
+        try withMountedContainer { container in
+            let other = try MountedContainer()
+            let result = try unchangedStore(other) { try containerfs(["mount", other.store, container.mountpoint]) }
+            expectUserError(result, mentions: [container.mountpoint], advice: ["unmount"])
+            #expect(!storeIsLocked(other), "no daemon may be left serving the second store")
+            #expect(FileManager.default.fileExists(atPath: container.mounted("Demo.app/Info.plist")), "the first mount still works")
+        }
+    }
+
+    @Test(arguments: ["timeout=abc", "timeout", "threads=0", "ro", "rw,ro", "nosuchoption"])
+    func mountWithABadOption(option: String) throws {
+        let container = try MountedContainer()
+        let result = try unchangedStore(container) { try containerfs(["mount", container.store, container.mountpoint, "-o", option]) }
+        // The message names the offending item itself.
+        let named = option.split(separator: ",").last.map(String.init) ?? option
+        expectUserError(result, status: 64, mentions: [named], advice: ["help", "takes", "supported", "rules"])
+        #expect(!isMountPoint(container.mountpoint))
+        #expect(!storeIsLocked(container), "no daemon may be left holding the store")
+    }
+
+    // MARK: unmount and audit
+
+    @Test func unmountAFolderThatIsNotAMount() throws {
+        let scene = try CLIScene()
+        let plain = scene.base + "/plain"
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true)
+        let result = try scene.unchanged { try containerfs(["unmount", plain]) }
+        expectUserError(result, mentions: [plain, "not a containerfs mount"], advice: ["nothing to unmount", "mount -t"])
+    }
+
+    @Test func unmountAMountThatIsNotAContainer() throws {
+        // A tmpfs is a mount, but not ours: it must be refused, not unmounted.
+        let scene = try CLIScene()
+        let other = scene.base + "/tmpfs"
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        let mounted = try runProgram(["mount", "-t", "tmpfs", "-o", "size=1m", "cfs-test-tmpfs", other])
+        try #require(mounted.status == 0, "mount -t tmpfs: \(mounted)")
+        defer {
+            _ = try? runProgram(["umount", "-l", other])
+            withExtendedLifetime(scene) {}
+        }
+        try Data("kept\n".utf8).write(to: URL(fileURLWithPath: other + "/file"))
+        let result = try containerfs(["unmount", other])
+        expectUserError(result, mentions: [other, "not a containerfs mount"], advice: ["nothing to unmount", "mount -t"])
+        #expect(isMountPoint(other), "the tmpfs is still mounted")
+        #expect((try? String(contentsOfFile: other + "/file", encoding: .utf8)) == "kept\n")
+    }
+
+    @Test func unmountAMissingPath() throws {
+        let scene = try CLIScene()
+        let result = try scene.unchanged { try containerfs(["unmount", scene.base + "/absent"]) }
+        expectUserError(result, mentions: ["absent"], advice: ["nothing to unmount", "mount -t"])
+    }
+
+    @Test func auditAMissingStore() throws {
+        let scene = try CLIScene()
+        let result = try scene.unchanged { try containerfs(["audit", scene.base + "/nostore"]) }
+        expectUserError(result, mentions: ["nostore"], advice: ["create"])
+        #expect(result.stdout.isEmpty)
+    }
+
+    @Test func auditAFolderThatIsNotAStore() throws {
+        let scene = try CLIScene()
+        let result = try scene.unchanged { try containerfs(["audit", scene.bundle]) }
+        expectUserError(result, mentions: ["Demo.app", "not a container"], advice: ["create"])
+    }
+}
+
+// MARK: - Helpers
+
+/// A temporary folder with a valid bundle `Demo.app` in it, removed afterwards.
+private final class CLIScene {
+    let base: String
+    let bundle: String
+
+    init() throws {
+        base = try makeTemporaryDirectory()
+        bundle = base + "/Demo.app"
+        try FileManager.default.createDirectory(atPath: bundle + "/res", withIntermediateDirectories: true)
+        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        try Data("resource\n".utf8).write(to: URL(fileURLWithPath: bundle + "/res/data.txt"))
+    }
+
+    /// Runs `body` and checks that nothing in the folder changed (no store, no leftovers).
+    func unchanged(_ body: () throws -> ProgramResult) throws -> ProgramResult {
+        let before = try cliTreeListing(base)
+        let result = try body()
+        let after = try cliTreeListing(base)
+        #expect(after == before, "the command changed \(base):\nbefore:\n\(before)\nafter:\n\(after)")
+        return result
+    }
+
+    deinit { _ = try? runProgram(["rm", "-rf", base]) }
+}
+
+/// Runs `body` and checks that the container's store and the folder around it are unchanged.
+///
+/// Two files of the state folder are the daemon's and the verifier's run-time records, not
+/// the container: `mount.lock` (rewritten by every daemon that starts) and `bundle.cache`
+/// (which bundle verification may refresh, SPEC §5).
+private func unchangedStore(_ container: MountedContainer, _ body: () throws -> ProgramResult) throws -> ProgramResult {
+    let runtime = [container.stored(".containerfs/mount.lock"), container.stored(".containerfs/bundle.cache")]
+    let before = try cliTreeListing(container.base, excluding: [container.mountpoint] + runtime)
+    let result = try body()
+    let after = try cliTreeListing(container.base, excluding: [container.mountpoint] + runtime)
+    #expect(after == before, "the store or the folder around it changed:\nbefore:\n\(before)\nafter:\n\(after)")
+    return result
+}
+
+/// Every path below `path` with its type, size, mode and content digest, leaving out the
+/// paths in `excluding` (a mount point is not entered: it may be another user's or dead).
+private func cliTreeListing(_ path: String, excluding: [String] = []) throws -> String {
+    let prune = excluding.flatMap { ["-path", $0, "-prune", "-o"] }
+    let listing = try runProgram(["find", path] + prune + ["-printf", "%P %y %s %m\\n"])
+    let files = try runProgram(["find", path] + prune + ["-type", "f", "-print0"])
+    let digests = try runProgram(["xargs", "-0", "-r", "sha256sum"], input: Data(files.stdout.utf8))
+    return listing.stdout.split(separator: "\n").sorted().joined(separator: "\n") + "\n"
+        + digests.stdout.split(separator: "\n").sorted().joined(separator: "\n")
+}
+
+/// Whether a daemon holds the store's mount lock (a daemon that died does not: the kernel
+/// drops its lock, even while it is a zombie).
+private func storeIsLocked(_ container: MountedContainer) -> Bool {
+    let fd = open(container.stored(".containerfs/mount.lock"), O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    return flock(fd, LOCK_SH | LOCK_NB) != 0
+}
+
+/// Checks an error's form: failed (with `status` when given), one line on stderr that
+/// names each of `mentions` (what is wrong) and holds one of `advice` (what to do).
+private func expectUserError(_ result: ProgramResult, status: Int32? = nil, mentions: [String], advice: [String],
+                             sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(result.status != 0, "the command must fail: \(result)", sourceLocation: sourceLocation)
+    if let status {
+        #expect(result.status == status, "exit status \(result.status), expected \(status): \(result)", sourceLocation: sourceLocation)
+    }
+    let lines = result.stderr.split(separator: "\n", omittingEmptySubsequences: false)
+    #expect(lines.count == 2 && lines[1].isEmpty && !lines[0].isEmpty,
+            "stderr must be exactly one line: \(result.stderr.debugDescription)", sourceLocation: sourceLocation)
+    let line = String(lines.first ?? "")
+    for mention in mentions {
+        #expect(line.contains(mention), "the message must name \(mention.debugDescription): \(line)", sourceLocation: sourceLocation)
+    }
+    #expect(advice.contains { line.contains($0) }, "the message must say what to do (\(advice.joined(separator: " or "))): \(line)",
+            sourceLocation: sourceLocation)
+}

@@ -1,0 +1,247 @@
+import Foundation
+import Glibc
+import Testing
+
+/// The mount works for an ordinary user through fusermount3; nobody else can enter it
+/// unless `allow_other` is asked for; files made through a mount belong to their caller.
+@Suite("Users")
+struct UserTests {
+    static let alice = "cfs-alice"
+    static let bob = "cfs-bob"
+
+    @Test func ordinaryUserMountsUsesAndUnmountsTheirContainer() throws {
+        try requireUsers()
+        let alice = try account(Self.alice)
+        let container = try MountedContainer(user: Self.alice)
+        // Root cannot stat alice's mount, so the harness's mount() and unmount(), which check
+        // from root's side, cannot be used: mount as alice, and clear it from root at the end.
+        defer {
+            if mountInfoLine(container.mountpoint) != nil { _ = try? containerfs(["unmount", container.mountpoint], user: Self.alice) }
+            if mountInfoLine(container.mountpoint) != nil { _ = try? runProgram(["fusermount3", "-uz", container.mountpoint]) }
+        }
+        let bundleBefore = try treeDigest(container.stored("Demo.app"))
+        let mounted = try containerfs(["mount", container.store, container.mountpoint], user: Self.alice)
+        try #require(mounted.status == 0, "mount as alice: \(mounted)")
+
+        // The mount and its daemon are alice's, not root's.
+        let entry = try #require(mountInfoLine(container.mountpoint), "no mountinfo line for \(container.mountpoint)")
+        #expect(entry.contains("user_id=\(alice.uid),"), "mount owner: \(entry)")
+        let lock = try String(contentsOfFile: container.stored(".containerfs/mount.lock"), encoding: .utf8)
+        let daemon = try #require(lock.split(separator: "\n").first.flatMap { pid_t($0) })
+        #expect(processUID(daemon) == alice.uid, "the daemon runs as alice")
+
+        let results = try probe(as: Self.alice, root: container.mountpoint, """
+            check("write", lambda: write(M + "/Documents/alice.txt", b"from alice\\n"))
+            check("append", lambda: write(M + "/Documents/alice.txt", b"more\\n", os.O_WRONLY | os.O_APPEND))
+            check("read", lambda: read(M + "/Documents/alice.txt"))
+            check("mkdir", lambda: os.mkdir(M + "/Documents/folder"))
+            check("rename", lambda: os.rename(M + "/Documents/alice.txt", M + "/Documents/folder/alice.txt"))
+            check("reread", lambda: read(M + "/Documents/folder/alice.txt"))
+            check("symlink", lambda: os.symlink("alice.txt", M + "/Documents/folder/link"))
+            check("list", lambda: ",".join(sorted(os.listdir(M + "/Documents/folder"))))
+            check("cache", lambda: write(M + "/Library/Caches/cached", b"c"))
+            check("tmp", lambda: write(M + "/tmp/scratch", b"t"))
+            check("tmp-unlink", lambda: os.unlink(M + "/tmp/scratch"))
+            check("bundle-read", lambda: read(M + "/Demo.app/Info.plist"))
+            check("bundle-open-write", lambda: os.open(M + "/Demo.app/Info.plist", os.O_WRONLY))
+            check("bundle-truncate", lambda: os.truncate(M + "/Demo.app/Info.plist", 0))
+            check("bundle-create", lambda: write(M + "/Demo.app/new", b"x"))
+            check("bundle-mkdir", lambda: os.mkdir(M + "/Demo.app/res/new"))
+            check("bundle-unlink", lambda: os.unlink(M + "/Demo.app/res/data.txt"))
+            check("bundle-chmod", lambda: os.chmod(M + "/Demo.app/Info.plist", 0o666))
+            check("structure-rmdir", lambda: os.rmdir(M + "/tmp"))
+            check("inbox-create", lambda: write(M + "/Documents/Inbox/x", b"x"))
+            check("state-folder", lambda: os.stat(M + "/.containerfs"))
+            """)
+        #expect(results["write"] == "ok")
+        #expect(results["append"] == "ok")
+        #expect(results["read"] == "from alice\nmore\n")
+        #expect(results["mkdir"] == "ok")
+        #expect(results["rename"] == "ok")
+        #expect(results["reread"] == "from alice\nmore\n")
+        #expect(results["symlink"] == "ok")
+        #expect(results["list"] == "alice.txt,link")
+        #expect(results["cache"] == "ok")
+        #expect(results["tmp"] == "ok")
+        #expect(results["tmp-unlink"] == "ok")
+        #expect(results["bundle-read"] == "<plist>demo</plist>\n")
+        // Alice owns the bundle's files in her store, so only the policy stops her: EPERM, as root.
+        for denied in ["bundle-open-write", "bundle-truncate", "bundle-create", "bundle-mkdir", "bundle-unlink", "bundle-chmod", "structure-rmdir"] {
+            #expect(results[denied] == "EPERM", "\(denied): \(results[denied] ?? "no result")")
+        }
+        #expect(results["inbox-create"] == "EACCES")
+        #expect(results["state-folder"] == "ENOENT")
+
+        // What she made is hers in the store.
+        for path in ["Documents/folder/alice.txt", "Documents/folder", "Documents/folder/link", "Library/Caches/cached"] {
+            var info = stat()
+            #expect(lstat(container.stored(path), &info) == 0, "\(path) is in the store")
+            #expect(info.st_uid == alice.uid && info.st_gid == alice.gid, "\(path) belongs to \(info.st_uid):\(info.st_gid)")
+        }
+        #expect(try treeDigest(container.stored("Demo.app")) == bundleBefore)
+
+        // Nobody else gets in: not bob, not even root. (Bob can reach the folder around it.)
+        try expectReachable(container, by: Self.bob)
+        let bobs = try probe(as: Self.bob, root: container.mountpoint, """
+            check("stat", lambda: os.stat(M))
+            check("list", lambda: os.listdir(M))
+            check("read", lambda: read(M + "/Documents/folder/alice.txt"))
+            """)
+        #expect(bobs == ["stat": "EACCES", "list": "EACCES", "read": "EACCES"])
+        let ls = try runProgram(["ls", container.mountpoint], user: Self.bob)
+        #expect(ls.status != 0 && ls.stderr.contains("Permission denied"), "\(ls)")
+        #expect(errnoOfStat(container.mountpoint) == EACCES, "root is another user too")
+
+        // She unmounts it herself.
+        let unmounted = try containerfs(["unmount", container.mountpoint], user: Self.alice)
+        #expect(unmounted.status == 0, "\(unmounted)")
+        #expect(mountInfoLine(container.mountpoint) == nil, "the mount is gone")
+        #expect(errnoOfStat(container.mountpoint) == 0, "the mount point is a plain folder again")
+    }
+
+    @Test func rootMountIsClosedToOtherUsersByDefault() throws {
+        try requireUsers()
+        try withMountedContainer { container in
+            try openToEveryone(container)
+            for user in [Self.alice, Self.bob] {
+                let results = try probe(as: user, root: container.mountpoint, """
+                    check("stat", lambda: os.stat(M))
+                    check("list", lambda: os.listdir(M))
+                    check("read", lambda: read(M + "/Demo.app/Info.plist"))
+                    """)
+                #expect(results == ["stat": "EACCES", "list": "EACCES", "read": "EACCES"], "\(user): \(results)")
+            }
+        }
+    }
+
+    @Test func withAllowOtherUsersComeInAndOwnWhatTheyCreate() throws {
+        try requireUsers()
+        let alice = try account(Self.alice)
+        try withMountedContainer(options: ["allow_other"]) { container in
+            try openToEveryone(container)
+            // A folder everyone may write in, made through the mount by root.
+            #expect(mkdir(container.mounted("Documents/shared"), 0o777) == 0)
+            #expect(chmod(container.mounted("Documents/shared"), 0o777) == 0)
+
+            let results = try probe(as: Self.alice, root: container.mountpoint, """
+                check("stat", lambda: os.stat(M) and None)
+                check("bundle-read", lambda: read(M + "/Demo.app/Info.plist"))
+                check("write", lambda: write(M + "/Documents/shared/alice.txt", b"from alice\\n"))
+                check("mkdir", lambda: os.mkdir(M + "/Documents/shared/folder"))
+                check("symlink", lambda: os.symlink("alice.txt", M + "/Documents/shared/link"))
+                check("fifo", lambda: os.mkfifo(M + "/Documents/shared/fifo"))
+                check("in-root-folder", lambda: write(M + "/Documents/not-hers.txt", b"x"))
+                """)
+            #expect(results["stat"] == "ok")
+            #expect(results["bundle-read"] == "<plist>demo</plist>\n")
+            #expect(results["write"] == "ok")
+            #expect(results["mkdir"] == "ok")
+            #expect(results["symlink"] == "ok")
+            #expect(results["fifo"] == "ok")
+            // Permission bits still hold: Documents is root's, mode 755.
+            #expect(results["in-root-folder"] == "EACCES")
+
+            for path in ["Documents/shared/alice.txt", "Documents/shared/folder", "Documents/shared/link", "Documents/shared/fifo"] {
+                var info = stat()
+                #expect(lstat(container.stored(path), &info) == 0, "\(path) is in the store")
+                #expect(info.st_uid == alice.uid && info.st_gid == alice.gid,
+                        "\(path) belongs to \(info.st_uid):\(info.st_gid), not to alice (\(alice.uid):\(alice.gid))")
+            }
+
+            let bobs = try probe(as: Self.bob, root: container.mountpoint, """
+                check("read", lambda: read(M + "/Documents/shared/alice.txt"))
+                check("write", lambda: os.open(M + "/Documents/shared/alice.txt", os.O_WRONLY))
+                """)
+            #expect(bobs == ["read": "from alice\n", "write": "EACCES"])
+        }
+    }
+}
+
+/// Lets everyone reach the mount point's parent folder (mkdtemp made it 0700), so that
+/// what stops another user is the mount itself; checks that it does reach.
+private func openToEveryone(_ container: MountedContainer) throws {
+    guard chmod(container.base, 0o755) == 0 else { throw TestFailure("chmod \(container.base) failed") }
+    for user in [UserTests.alice, UserTests.bob] { try expectReachable(container, by: user) }
+}
+
+/// `user` can list the folder holding the mount point: a refusal then comes from the mount.
+private func expectReachable(_ container: MountedContainer, by user: String) throws {
+    let listed = try runProgram(["ls", container.base], user: user)
+    guard listed.status == 0, listed.stdout.contains("mnt") else {
+        throw TestFailure("\(user) cannot list \(container.base): \(listed)")
+    }
+}
+
+/// A user's ids.
+private struct Account {
+    let uid: uid_t
+    let gid: gid_t
+}
+
+private func account(_ name: String) throws -> Account {
+    guard let entry = getpwnam(name) else { throw TestFailure("user \(name) does not exist: run scripts/install-deps.sh") }
+    return Account(uid: entry.pointee.pw_uid, gid: entry.pointee.pw_gid)
+}
+
+/// The test users exist, /dev/fuse is open to them, and they can run the binary.
+private func requireUsers() throws {
+    for user in [UserTests.alice, UserTests.bob] { _ = try account(user) }
+    var info = stat()
+    guard stat("/dev/fuse", &info) == 0, info.st_mode & 0o006 == 0o006 else {
+        throw TestFailure("/dev/fuse is not open to ordinary users (mode 0666 needed): run scripts/install-deps.sh")
+    }
+    let reach = try runProgram(["test", "-x", containerfsBinary], user: UserTests.alice)
+    guard reach.status == 0 else {
+        throw TestFailure("\(containerfsBinary) cannot be run by \(UserTests.alice): every folder above it must be world-searchable")
+    }
+}
+
+/// Runs python `code` as `user` with `M` the mount point and `check(label, fn)` recording
+/// what `fn` returned ("ok" for nothing) or the errno name it failed with.
+private func probe(as user: String, root: String, _ code: String) throws -> [String: String] {
+    let program = """
+        import errno, json, os, sys
+        M = sys.argv[1]
+        results = {}
+        def check(label, fn):
+            try:
+                value = fn()
+                results[label] = "ok" if value is None or isinstance(value, int) else str(value)
+            except OSError as error:
+                results[label] = errno.errorcode.get(error.errno, str(error.errno))
+        def write(path, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
+            fd = os.open(path, flags, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read().decode()
+
+        """ + code + "\nprint(json.dumps(results))\n"
+    let result = try runProgram(["/usr/bin/python3", "-c", program, root], user: user, directory: "/")
+    guard result.status == 0, let data = result.stdout.data(using: .utf8),
+          let decoded = try? JSONSerialization.jsonObject(with: data) as? [String: String] else {
+        throw TestFailure("probe as \(user) failed: \(result)")
+    }
+    return decoded
+}
+
+/// The line of /proc/self/mountinfo for `mountpoint`.
+private func mountInfoLine(_ mountpoint: String) -> String? {
+    let text = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    return text.split(separator: "\n").last { $0.split(separator: " ").dropFirst(4).first == Substring(mountpoint) }.map(String.init)
+}
+
+/// The real uid of a running process.
+private func processUID(_ pid: pid_t) -> uid_t? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return nil }
+    return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).dropFirst().first.flatMap { uid_t($0) }
+}
+
+private func errnoOfStat(_ path: String) -> Int32 {
+    var info = stat()
+    return errnoOf { stat(path, &info) }
+}
