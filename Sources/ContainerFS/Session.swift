@@ -17,12 +17,13 @@ public struct MountOptions: Sendable {
     public var maxThreads: UInt32 = 16
     /// Print every FUSE request (libfuse's `-d`).
     public var debug = false
-    /// Other `-o` options, passed to libfuse as they are.
+    /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
     public init() {}
 
-    /// Parses `-o a,b=c` options; those that are ours are taken, the rest go to libfuse.
+    /// Parses `-o a,b=c` options. mount(8) and fstab words that mean nothing to a FUSE
+    /// daemon are accepted and ignored; anything unknown is a usage error.
     public static func parse(_ text: [String]) throws(UserError) -> MountOptions {
         var options = MountOptions()
         for item in text.flatMap({ $0.split(separator: ",").map(String.init) }) {
@@ -47,8 +48,11 @@ public struct MountOptions: Sendable {
                 if parts[0] == "noexec" { options.fuseOptions.append("noexec") }
             case "ro":
                 throw UserError.usage("mount option 'ro' is not supported: the container's rules already decide what is writable")
-            default:
+            case "allow_root", "auto_unmount":
                 options.fuseOptions.append(item)
+            default:
+                // Checked here, not by libfuse in the daemon: the user gets the one bad word.
+                throw UserError.usage("unknown mount option '\(item)': see 'containerfs mount --help'")
             }
         }
         return options

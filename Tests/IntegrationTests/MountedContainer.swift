@@ -164,17 +164,32 @@ func makeTemporaryDirectory() throws -> String {
     return String(cString: path)
 }
 
-/// True when `path` is a mount point (its device differs from its parent's).
+/// True when a containerfs mount is at `path`, by the kernel's mount table: `stat` would
+/// not do, as root may not enter a user's mount and a dead mount's attributes are cached.
 func isMountPoint(_ path: String) -> Bool {
-    var mine = stat(), parent = stat()
-    guard stat(path, &mine) == 0, stat(path + "/..", &parent) == 0 else { return false }
-    return mine.st_dev != parent.st_dev
+    mountTable().contains { $0.mountpoint == path && $0.type == "fuse.containerfs" }
 }
 
-/// True when `path` is a mount whose daemon died ("Transport endpoint is not connected").
+/// True when `path` is a containerfs mount whose daemon died: `statfs` always asks the
+/// daemon, and a dead one answers "Transport endpoint is not connected".
 func isDeadMount(_ path: String) -> Bool {
-    var info = stat()
-    return stat(path, &info) != 0 && errno == ENOTCONN
+    guard isMountPoint(path) else { return false }
+    var info = statfs()
+    return statfs(path, &info) != 0 && errno == ENOTCONN
+}
+
+/// `/proc/self/mountinfo`, read to the end, as (mount point, type) pairs.
+func mountTable() -> [(mountpoint: String, type: String)] {
+    guard let handle = FileHandle(forReadingAtPath: "/proc/self/mountinfo") else { return [] }
+    defer { try? handle.close() }
+    let text = String(decoding: (try? handle.readToEnd()) ?? Data(), as: UTF8.self)
+    return text.split(separator: "\n").compactMap { line in
+        let halves = line.components(separatedBy: " - ")
+        let left = halves[0].split(separator: " ")
+        guard halves.count >= 2, left.count >= 5, let type = halves[1].split(separator: " ").first else { return nil }
+        let mountpoint = String(left[4]).replacingOccurrences(of: "\\040", with: " ")
+        return (mountpoint, String(type))
+    }
 }
 
 /// A failure with a message, for setup steps that are not assertions.
