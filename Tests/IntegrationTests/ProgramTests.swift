@@ -32,6 +32,10 @@ struct ProgramTests {
 
     /// Expects two trees to hold the same names, types, modes, symlink targets and contents.
     static func expectSameTree(_ left: String, _ right: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        guard status(left) != nil, status(right) != nil else {
+            Issue.record("\(left) or \(right) is missing", sourceLocation: sourceLocation)
+            return
+        }
         let diff = try runProgram(["diff", "-r", "--no-dereference", left, right])
         #expect(diff.status == 0, "diff -r \(left) \(right): \(diff)", sourceLocation: sourceLocation)
         let listing = "find . -printf '%p %y %m %l\\n' | LC_ALL=C sort"
