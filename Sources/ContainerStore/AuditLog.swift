@@ -70,8 +70,10 @@ public final class AuditLog: @unchecked Sendable {
     public func record(pid: Int32, uid: UInt32, operation: String, paths: [ContainerPath], areas: [Area], denial: Denial) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        // Read now: the process may be gone by the time the writer gets to it.
-        let item = Pending(time: now, pid: pid, process: Self.processName(pid), uid: uid, operation: operation, paths: paths, areas: areas, denial: denial)
+        // Read now: the process may be gone by the time the writer gets to it. The kernel
+        // names the calling thread; the log names its process.
+        let process = Self.processID(ofThread: pid)
+        let item = Pending(time: now, pid: process, process: Self.processName(process), uid: uid, operation: operation, paths: paths, areas: areas, denial: denial)
         let queued = queue.withLock { queue in
             guard queue.pending.count < capacity else {
                 queue.dropped += 1
@@ -142,6 +144,23 @@ public final class AuditLog: @unchecked Sendable {
         let millis = Int(time.tv_nsec / 1_000_000)
         let fraction = String(repeating: "0", count: 3 - String(millis).count) + String(millis)
         return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(fraction)Z"
+    }
+
+    /// The process (thread group) a thread belongs to, from `/proc/TID/status`; the
+    /// thread's own id when that cannot be read.
+    private static func processID(ofThread thread: Int32) -> Int32 {
+        var path = Array("/proc/\(thread)/status".utf8CString)
+        let fd = Glibc.open(&path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return thread }
+        defer { Glibc.close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return thread }
+        for line in buffer[0..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Tgid:".utf8)) {
+            let digits = line.dropFirst(5).filter { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+            return Int32(String(decoding: digits, as: UTF8.self)) ?? thread
+        }
+        return thread
     }
 
     /// The process's name from `/proc/PID/comm`: one small read, no allocation beyond the result.
