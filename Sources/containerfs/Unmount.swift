@@ -15,25 +15,28 @@ struct Unmount: ParsableCommand {
     var lazy = false
 
     func run() throws {
-        try reportingErrors {
-            guard let entry = MountEntry.at(mountpoint), entry.isContainer else {
-                throw UserError("\(mountpoint) is not a containerfs mount: nothing to unmount (see 'mount -t fuse.containerfs')")
+        try reportingErrors { try Self.unmount(mountpoint, lazy: lazy) }
+    }
+
+    /// Unmounts the container at `mountpoint` and waits for its daemon (unless `lazy`).
+    static func unmount(_ mountpoint: String, lazy: Bool) throws(UserError) {
+        guard let entry = MountEntry.at(mountpoint), entry.isContainer else {
+            throw UserError("\(mountpoint) is not a containerfs mount: nothing to unmount (see 'mount -t fuse.containerfs')")
+        }
+        let result = try fusermount(lazy ? ["-uz", entry.mountpoint] : ["-u", entry.mountpoint])
+        guard result.status == 0 else {
+            if result.output.contains("busy") {
+                throw UserError("\(mountpoint) is busy: a program still uses it ('fuser -vm \(mountpoint)' lists them); close it, or use -z to detach lazily")
             }
-            let result = try fusermount(lazy ? ["-uz", entry.mountpoint] : ["-u", entry.mountpoint])
-            guard result.status == 0 else {
-                if result.output.contains("busy") {
-                    throw UserError("\(mountpoint) is busy: a program still uses it ('fuser -vm \(mountpoint)' lists them); close it, or use -z to detach lazily")
-                }
-                throw UserError("cannot unmount \(mountpoint): \(result.output.trimmingCharacters(in: .whitespacesAndNewlines))")
-            }
-            // The daemon takes a moment to exit after the kernel lets go; wait for its lock.
-            if let store = try? Store.open(entry.source), !lazy, !MountLock.waitUntilFree(store, seconds: 10) {
-                throw UserError("unmounted \(mountpoint), but its daemon has not exited after 10 s: check 'containerfs audit \(entry.source)' and kill it")
-            }
+            throw UserError("cannot unmount \(mountpoint): \(result.output.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        // The daemon takes a moment to exit after the kernel lets go; wait for its lock.
+        if let store = try? Store.open(entry.source), !lazy, !MountLock.waitUntilFree(store, seconds: 10) {
+            throw UserError("unmounted \(mountpoint), but its daemon has not exited after 10 s: check 'containerfs audit \(entry.source)' and kill it")
         }
     }
 
-    private func fusermount(_ arguments: [String]) throws(UserError) -> (status: Int32, output: String) {
+    private static func fusermount(_ arguments: [String]) throws(UserError) -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
         process.arguments = arguments

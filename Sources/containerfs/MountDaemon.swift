@@ -1,0 +1,98 @@
+import CLinux
+import ContainerStore
+import Foundation
+import Glibc
+
+/// Starting a mount's daemon in the background: shared by `mount` and `run`.
+enum MountDaemon {
+    /// Fails unless `mountpoint` is an existing folder with nothing mounted on it, and FUSE is usable.
+    static func checkMountpoint(_ mountpoint: String) throws(UserError) {
+        var info = stat()
+        guard stat(mountpoint, &info) == 0 else {
+            if errno == ENOTCONN {
+                throw UserError("\(mountpoint) is a mount whose daemon died: clear it with 'containerfs unmount \(mountpoint)'")
+            }
+            throw UserError("mount point \(mountpoint) does not exist: create the folder first (mkdir -p \(mountpoint))")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw UserError("mount point \(mountpoint) is not a folder: name an empty folder")
+        }
+        if let existing = MountEntry.at(mountpoint) {
+            throw UserError("\(mountpoint) is already a mount point (\(existing.type) from \(existing.source)): unmount it first")
+        }
+        try checkFUSE()
+    }
+
+    /// Fails unless this user can mount: `/dev/fuse`, and `fusermount3` for an ordinary user.
+    static func checkFUSE() throws(UserError) {
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
+            throw UserError("/dev/fuse is missing or not usable by this user: load FUSE (modprobe fuse) and apt-get install fuse3")
+        }
+        if geteuid() != 0, access("/usr/bin/fusermount3", X_OK) != 0, access("/bin/fusermount3", X_OK) != 0 {
+            throw UserError("fusermount3 is not installed, so an ordinary user cannot mount: apt-get install fuse3")
+        }
+    }
+
+    /// Starts this program again as `containerfs mount STORE MOUNTPOINT -f` in its own
+    /// session, and waits until it says the mount is ready or why it is not.
+    ///
+    /// Returns the daemon's pid. It is a child of this process: a caller that outlives the
+    /// mount (`run`) reaps it with `waitpid` after unmounting.
+    @discardableResult
+    static func start(store: String, mountpoint: String, options: [String]) throws(UserError) -> pid_t {
+        var pipeFDs: [Int32] = [0, 0]
+        guard pipe(&pipeFDs) == 0 else { throw UserError("cannot start the daemon: \(Errno.current)") }
+        let (readEnd, writeEnd) = (pipeFDs[0], pipeFDs[1])
+        // Neither end may leak into other children; the spawn's dup2 gives the daemon its copy.
+        _ = fcntl(readEnd, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(writeEnd, F_SETFD, FD_CLOEXEC)
+        let childReadyFD: Int32 = 3
+        var arguments = ["containerfs", "mount", store, mountpoint, "-f", "--ready-fd", "\(childReadyFD)"]
+        for option in options { arguments += ["-o", option] }
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, writeEnd, childReadyFD)
+        for fd: Int32 in 0...2 { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
+        // A daemon holding a copy of its starter's output pipe would keep that reader waiting.
+        clinux_spawn_close_from(&actions, childReadyFD + 1)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // Its own session: the daemon outlives this terminal and its Ctrl-C. Signals `run`
+        // catches or ignores go back to their defaults, and none stays blocked.
+        var defaults = sigset_t(), none = sigset_t()
+        sigemptyset(&none)
+        sigemptyset(&defaults)
+        for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, clinux_POSIX_SPAWN_SETSID | Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let status = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, argv, environ)
+        close(writeEnd)
+        defer { close(readEnd) }
+        guard status == 0 else { throw UserError("cannot start the daemon: \(Errno(status))") }
+
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 { break }
+            reply += buffer[0..<count]
+        }
+        let text = String(decoding: reply, as: UTF8.self)
+        if text.hasPrefix("ready") { return pid }
+        var exitStatus: Int32 = 0
+        while waitpid(pid, &exitStatus, 0) < 0, errno == EINTR {}
+        if text.hasPrefix("error: ") {
+            throw UserError(String(text.dropFirst(7)).trimmingCharacters(in: .newlines))
+        }
+        throw UserError("the daemon exited before the mount was ready (status \(exitStatus)): run 'containerfs mount -f -o debug' to see why")
+    }
+}
