@@ -53,3 +53,7 @@ int clinux_fallocate(int fd, int mode, off_t offset, off_t length) {
 int clinux_spawn_close_from(void *actions, int from) {
     return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, from);
 }
+
+int clinux_spawn_chdir(void *actions, const char *path) {
+    return posix_spawn_file_actions_addchdir_np((posix_spawn_file_actions_t *)actions, path);
+}

@@ -42,6 +42,10 @@ int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 /// `from` on, so nothing the parent inherited (pipes of whoever started it) leaks on.
 int clinux_spawn_close_from(void *actions, int from);
 
+/// posix_spawn_file_actions_addchdir_np: the child starts in `path`, the parent's working
+/// directory is untouched (glibc declares it only under _GNU_SOURCE for Swift).
+int clinux_spawn_chdir(void *actions, const char *path);
+
 /// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
 int clinux_setfsuid(uid_t uid);
 int clinux_setfsgid(gid_t gid);

@@ -1,0 +1,241 @@
+import ArgumentParser
+import CLinux
+import ContainerStore
+import Foundation
+import Glibc
+
+struct Run: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a program inside a container, confined to it as an iOS app is.",
+        discussion: """
+            Mounts the container privately and runs PROGRAM under bubblewrap. It sees the
+            container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only;
+            a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the
+            host. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and XDG_DATA_HOME point into the
+            container and the working directory is HOME. The bundle is verified first, as
+            `mount` does: a tampered app does not run. The program has the standard streams
+            and the terminal; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to containerfs are passed
+            on to it. Afterwards tmp/ is purged, the denials of the run are counted on stderr,
+            and the container is unmounted, also when the program crashes or is killed. One
+            program runs in a container at a time. See docs/run.md.
+
+            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
+            bubblewrap, with a line saying why) could not start it; 64 for a misuse.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    @Flag(help: "Run without bubblewrap: the program sees the whole host (HOME, TMPDIR, XDG_* and the working directory are still set).")
+    var noConfine = false
+
+    @Flag(help: "No network inside: only a loopback interface.")
+    var noNetwork = false
+
+    @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
+    var bindReadOnly: [String] = []
+
+    @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
+    var key: String?
+
+    @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
+    var command: [String] = []
+
+    func validate() throws {
+        if command.isEmpty { throw ValidationError("name the program to run after --: containerfs run STORE -- PROGRAM ARGS…") }
+        if noConfine, noNetwork { throw ValidationError("--no-network needs the confinement: drop --no-confine") }
+        if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
+    }
+
+    func run() throws {
+        var status: Int32 = 0
+        try reportingErrors { status = try runInContainer() }
+        if status != 0 { throw ExitCode(status) }
+    }
+
+    /// Mounts the container, runs the program, cleans up; returns the program's exit status.
+    private func runInContainer() throws(UserError) -> Int32 {
+        let opened = try Store.open(store)
+        // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
+        try BundleVerification.requireIntact(opened, keyPath: key)
+        let sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        // From here on a SIGINT, SIGTERM or SIGHUP cannot end `run` before it has cleaned up.
+        let relay = SignalRelay()
+        let lock = try RunLock(store: opened)
+        if let abandoned = lock.abandonedMountpoint { clearAbandonedRun(at: abandoned, opened) }
+        if let holder = MountLock.holder(opened) {
+            throw UserError("store \(store) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; run mounts the container itself")
+        }
+        try MountDaemon.checkFUSE()
+        let mountpoint = try Self.makeMountpoint()
+        lock.record(mountpoint: mountpoint)
+        let since = AuditLog.now()
+        var daemon: pid_t?
+        defer {
+            relay.detach()
+            finish(opened, mountpoint: mountpoint, daemon: daemon, since: since)
+            lock.record(mountpoint: nil)
+        }
+        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: [])
+        if let signal = relay.signalBeforeStart { return 128 + signal }
+
+        let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
+        if let sandbox {
+            return try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay)
+        }
+        let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint), directory: mountpoint)
+        relay.attach(.process(pid, sharesTerminal: true))
+        return waitForExit(pid)
+    }
+
+    /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
+    /// is the program's, 128+N for a signal).
+    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay) throws(UserError) -> Int32 {
+        var info: [Int32] = [0, 0]
+        guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
+        // Only bubblewrap gets the write end, through the spawn's dup2.
+        for fd in info { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let infoFD: Int32 = 3
+        let arguments = sandbox.arguments(mountpoint: mountpoint, command: command, newSession: newSession, infoFD: infoFD)
+        let pid: pid_t
+        do {
+            pid = try spawn(sandbox.bubblewrap, arguments, environment: Sandbox.environment(home: Sandbox.home), passing: (info[1], infoFD))
+        } catch {
+            close(info[0])
+            close(info[1])
+            throw error
+        }
+        close(info[1])
+        // bubblewrap writes `{"child-pid": N, …}` once the sandbox exists, then closes it.
+        let text = String(decoding: readAll(info[0]), as: UTF8.self)
+        close(info[0])
+        if let data = text.data(using: .utf8),
+           let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+           let initPID = (object["child-pid"] as? NSNumber)?.int32Value {
+            relay.attach(.sandbox(initPID: initPID, sharesTerminal: !newSession))
+        }
+        return waitForExit(pid)
+    }
+
+    /// Starts `path` (looked up on PATH when it has no slash) with `arguments`, the standard
+    /// streams and nothing else open but `passing` (dup'ed to the given number).
+    private func spawn(_ path: String, _ arguments: [String], environment: [String: String], directory: String? = nil,
+                       passing: (fd: Int32, as: Int32)? = nil) throws(UserError) -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if let passing { posix_spawn_file_actions_adddup2(&actions, passing.fd, passing.as) }
+        clinux_spawn_close_from(&actions, (passing?.as ?? 2) + 1)
+        if let directory { clinux_spawn_chdir(&actions, directory) }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // What `run` catches goes back to the default for the program; nothing stays blocked.
+        var defaults = sigset_t(), none = sigset_t()
+        sigemptyset(&defaults)
+        sigemptyset(&none)
+        for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { envp.forEach { free($0) } }
+        var pid: pid_t = 0
+        let status = posix_spawnp(&pid, path, &actions, &attributes, argv, envp)
+        guard status == 0 else { throw UserError("cannot run \(path): \(Errno(status))") }
+        return pid
+    }
+
+    /// Waits for `pid` and returns its exit status, 128+N when signal N killed it.
+    private func waitForExit(_ pid: pid_t) -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            if errno != EINTR { return 1 }
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+    }
+
+    /// Unmounts, purges tmp/ and reports the run's denials: whatever happened to the program.
+    private func finish(_ store: Store, mountpoint: String, daemon: pid_t?, since: timespec) {
+        if let daemon {
+            let unmounted = Self.unmount(mountpoint)
+            // The daemon is our child: reap it once it has exited (it has when its lock is free).
+            var status: Int32 = 0
+            while waitpid(daemon, &status, unmounted ? 0 : WNOHANG) < 0, errno == EINTR {}
+        }
+        let left = store.purgeTemporaryFolder()
+        if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
+        Self.removeMountpoint(mountpoint)
+        let denied = AuditLog.countDenials(stateFD: store.stateFD, since: since)
+        if denied > 0 {
+            FileHandleOutput.standardError.write("\(denied) operation\(denied == 1 ? "" : "s") denied: see containerfs audit \(self.store)\n")
+        }
+    }
+
+    /// A run killed with SIGKILL could not clean up: unmount what it left and purge tmp/.
+    private func clearAbandonedRun(at mountpoint: String, _ store: Store) {
+        if let entry = MountEntry.at(mountpoint), entry.isContainer,
+           MountLock.holder(store).map({ $0.mountpoint == mountpoint }) ?? true {
+            warn("clearing the mount a killed run left at \(mountpoint)")
+            _ = Self.unmount(mountpoint)
+        }
+        if MountLock.holder(store) == nil { store.purgeTemporaryFolder() }
+        Self.removeMountpoint(mountpoint)
+    }
+
+    /// Unmounts, retrying while the mount is busy (a program's last children leaving),
+    /// then detaching it lazily. True when the daemon has exited.
+    private static func unmount(_ mountpoint: String) -> Bool {
+        var lastError: UserError?
+        for _ in 0..<20 {
+            guard MountEntry.at(mountpoint) != nil else { return true }
+            do {
+                try Unmount.unmount(mountpoint, lazy: false)
+                return true
+            } catch {
+                lastError = error
+                usleep(100_000)
+            }
+        }
+        if let lastError { warn(lastError.message + " (detaching it lazily)") }
+        _ = try? Unmount.unmount(mountpoint, lazy: true)
+        return false
+    }
+
+    /// A private folder to mount the container in: `/tmp/containerfs-run-XXXXXX/container`,
+    /// the parent 0700, so that no other user can reach the mount.
+    private static func makeMountpoint() throws(UserError) -> String {
+        var template = Array("/tmp/containerfs-run-XXXXXX".utf8CString)
+        guard let base = mkdtemp(&template) else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
+        let mountpoint = MountEntry.absolute(String(cString: base) + "/container")
+        guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
+        return mountpoint
+    }
+
+    /// Removes the mount point and its private parent, once nothing is mounted there.
+    private static func removeMountpoint(_ mountpoint: String) {
+        rmdir(mountpoint)
+        let parent = (mountpoint as NSString).deletingLastPathComponent
+        if (parent as NSString).lastPathComponent.hasPrefix("containerfs-run-") { rmdir(parent) }
+    }
+
+    private func readAll(_ fd: Int32) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 { return bytes }
+            bytes += buffer[0..<count]
+        }
+    }
+}
+
+/// One line on stderr about the clean-up, which goes on regardless.
+private func warn(_ message: String) {
+    FileHandleOutput.standardError.write("containerfs: \(message)\n")
+}

@@ -1,0 +1,109 @@
+import ContainerStore
+import Foundation
+import Glibc
+
+/// What a program run by `containerfs run` sees of the host: the bubblewrap command line
+/// (Debian's `bubblewrap`, as Flatpak confines apps) and the environment.
+struct Sandbox {
+    /// Where the container is inside the sandbox: the program's home. Fixed, so that paths
+    /// a program records (a virtualenv, a git worktree) stay valid from one run to the next.
+    static let home = "/home/app"
+
+    /// The system folders shown read-only. On a merged-/usr system /bin, /sbin and /lib*
+    /// are symlinks into /usr and are recreated as such.
+    static let systemFolders = ["/usr", "/etc"]
+    static let systemLinks = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+
+    /// The `bwrap` executable.
+    let bubblewrap: String
+    /// Keep the host's network (`--share-net`).
+    let network: Bool
+    /// Host paths shown read-only at the same place, absolute with symlinks resolved.
+    let readOnlyBinds: [String]
+
+    /// Finds bubblewrap and checks the paths to bind; fails with one line if either is missing.
+    init(network: Bool, readOnlyBinds: [String]) throws(UserError) {
+        guard let bubblewrap = Self.findExecutable("bwrap") else {
+            throw UserError("bubblewrap is not installed, so the program cannot be confined: apt-get install bubblewrap (or run it unconfined with --no-confine)")
+        }
+        self.bubblewrap = bubblewrap
+        self.network = network
+        var binds: [String] = []
+        for path in readOnlyBinds {
+            guard let resolved = realpath(path, nil) else {
+                throw UserError("cannot show \(path) inside: \(Errno.current); name an existing host path with --bind-ro")
+            }
+            binds.append(String(cString: resolved))
+            free(resolved)
+        }
+        self.readOnlyBinds = binds
+    }
+
+    /// The `bwrap` arguments that run `command` with the container mounted at `mountpoint`.
+    ///
+    /// - `newSession`: put the program in its own session (`--new-session`), so that it
+    ///   cannot push input into a terminal it does not own. Only when there is no terminal:
+    ///   with one, the program must stay in the terminal's foreground process group for
+    ///   Ctrl-C and job control to reach it.
+    /// - `infoFD`: the descriptor bubblewrap writes the sandbox's first pid to.
+    func arguments(mountpoint: String, command: [String], newSession: Bool, infoFD: Int32) -> [String] {
+        var arguments = ["bwrap", "--unshare-all"]
+        if network { arguments.append("--share-net") }
+        arguments += ["--die-with-parent", "--info-fd", "\(infoFD)"]
+        if newSession { arguments.append("--new-session") }
+        for folder in Self.systemFolders { arguments += ["--ro-bind", folder, folder] }
+        for link in Self.systemLinks {
+            var info = stat()
+            guard lstat(link, &info) == 0 else { continue }
+            if info.st_mode & S_IFMT == S_IFLNK, let target = try? FileManager.default.destinationOfSymbolicLink(atPath: link) {
+                arguments += ["--symlink", target, link]
+            } else if info.st_mode & S_IFMT == S_IFDIR {
+                arguments += ["--ro-bind", link, link]
+            }
+        }
+        // With the network kept, name resolution needs resolv.conf's real file, which
+        // systemd-resolved keeps under /run.
+        if network, let resolved = realpath("/etc/resolv.conf", nil) {
+            let path = String(cString: resolved)
+            free(resolved)
+            if !Self.systemFolders.contains(where: { path.hasPrefix($0 + "/") }) { arguments += ["--ro-bind-try", path, path] }
+        }
+        arguments += ["--proc", "/proc", "--dev", "/dev", "--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
+        for path in readOnlyBinds { arguments += ["--ro-bind", path, path] }
+        // The container last, so that no bind above can hide it; its tmp is also /tmp.
+        arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]
+        // The sandbox's own root is a tmpfs: read-only, so that a write outside the
+        // container fails as it would on iOS instead of vanishing with the sandbox.
+        arguments += ["--remount-ro", "/", "--chdir", Self.home, "--"] + command
+        return arguments
+    }
+
+    /// The program's environment: the caller's, with the home and XDG folders in the
+    /// container at `home`, and without variables that name places of the host's session
+    /// the program cannot reach (or, unconfined, should not use).
+    static func environment(home: String) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["XDG_RUNTIME_DIR", "XDG_STATE_HOME", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "XAUTHORITY",
+                     "OLDPWD", "TMP", "TEMP", "TEMPDIR", "MAIL"] {
+            environment[name] = nil
+        }
+        environment["HOME"] = home
+        environment["PWD"] = home
+        environment["TMPDIR"] = home + "/tmp"
+        environment["XDG_CACHE_HOME"] = home + "/Library/Caches"
+        environment["XDG_CONFIG_HOME"] = home + "/Library/Preferences"
+        environment["XDG_DATA_HOME"] = home + "/Library/Application Support"
+        if environment["PATH"] == nil { environment["PATH"] = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin" }
+        return environment
+    }
+
+    /// The first executable file named `name` on `PATH`.
+    static func findExecutable(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") {
+            let candidate = "\(directory)/\(name)"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
+    }
+}
