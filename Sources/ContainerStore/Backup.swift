@@ -213,7 +213,9 @@ private struct BackupWriter {
             // shows. ctime, because no program can set it.
             if !waitForTickAfter(before.st_ctim) { continue }
             let mark = writer.sink.position
-            try writer.writeHeader(header(item, info: before))
+            var fileHeader = header(item, info: before)
+            fileHeader.size = Int64(before.st_size)
+            try writer.writeHeader(fileHeader)
             var hasher = SHA256()
             var remaining = Int64(before.st_size)
             var offset: Int64 = 0

@@ -1,4 +1,5 @@
 import CArchive
+import ContainerPolicy
 import Glibc
 
 /// libarchive failed; the message says how (a corrupt archive, a failed write).
@@ -121,7 +122,7 @@ final class ArchiveWriter {
         guard archive_write_set_format_pax(archive) == ARCHIVE_OK,
               archive_write_set_bytes_per_block(archive, 0) == ARCHIVE_OK,
               archive_write_open2(archive, Unmanaged.passUnretained(sink).toOpaque(), nil, sinkWrite, nil, nil) == ARCHIVE_OK
-        else { throw failure() }
+        else { throw failure("opening", ARCHIVE_FATAL) }
     }
 
     deinit {
@@ -147,29 +148,35 @@ final class ArchiveWriter {
                 attribute.value.withUnsafeBytes { archive_entry_xattr_add_entry(entry, name, $0.baseAddress, $0.count) }
             }
         }
-        guard archive_write_header(archive, entry) == ARCHIVE_OK else { throw failure() }
+        let status = archive_write_header(archive, entry)
+        // ARCHIVE_WARN: a name that is not UTF-8, written as raw bytes (hdrcharset=BINARY).
+        guard status == ARCHIVE_OK || status == ARCHIVE_WARN else { throw failure("writing the header of \(ContainerPath.printable(header.path))", status) }
     }
 
     /// Writes data of the current entry.
     func writeData(_ data: UnsafeRawBufferPointer) throws(ArchiveFailure) {
         guard data.count > 0 else { return }
-        guard archive_write_data(archive, data.baseAddress, data.count) == data.count else { throw failure() }
+        let written = archive_write_data(archive, data.baseAddress, data.count)
+        guard written == data.count else { throw failure("writing data", Int32(truncatingIfNeeded: written)) }
     }
 
     /// Ends the current entry (its padding is written).
     func finishEntry() throws(ArchiveFailure) {
-        guard archive_write_finish_entry(archive) == ARCHIVE_OK else { throw failure() }
+        let status = archive_write_finish_entry(archive)
+        guard status == ARCHIVE_OK else { throw failure("finishing an entry", status) }
     }
 
     /// Writes the end of the archive and hands everything to the kernel.
     func finish() throws(ArchiveFailure) {
-        guard archive_write_close(archive) == ARCHIVE_OK else { throw failure() }
+        let status = archive_write_close(archive)
+        guard status == ARCHIVE_OK else { throw failure("closing", status) }
         do { try sink.flush() } catch { throw ArchiveFailure(description: "\(error)") }
     }
 
-    private func failure() -> ArchiveFailure {
+    private func failure(_ doing: String, _ status: Int32) -> ArchiveFailure {
         if let error = sink.error { return ArchiveFailure(description: "\(error)") }
-        return ArchiveFailure(description: archive_error_string(archive).map { String(cString: $0) } ?? "libarchive error \(archive_errno(archive))")
+        let message = archive_error_string(archive).map { String(cString: $0) } ?? "libarchive status \(status)"
+        return ArchiveFailure(description: "\(doing): \(message)")
     }
 }
 
@@ -214,8 +221,9 @@ final class ArchiveReader {
         var pointer: OpaquePointer?
         let status = archive_read_next_header(archive, &pointer)
         if status == ARCHIVE_EOF { return nil }
-        // ARCHIVE_WARN is what a name not convertible to this locale gives: not for us.
-        guard status == ARCHIVE_OK, let entry = pointer else { throw failure() }
+        // ARCHIVE_WARN: something libarchive could not convert (a name that claims UTF-8
+        // and is not, an odd pax record); what it read is then checked against the manifest.
+        guard status == ARCHIVE_OK || status == ARCHIVE_WARN, let entry = pointer else { throw failure() }
         var attributes: [ExtendedAttribute] = []
         if archive_entry_xattr_reset(entry) > 0 {
             var name: UnsafePointer<CChar>?

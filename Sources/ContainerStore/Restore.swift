@@ -1,6 +1,7 @@
 import CLinux
 import ContainerPolicy
 import Crypto
+import Foundation
 import Glibc
 
 /// What a restore made.
@@ -157,7 +158,6 @@ private struct ArchivePass {
     /// The folder entries are written into, kept open while siblings follow.
     private var parent: (path: ContainerPath, fd: Int32)?
     private let layout: ContainerLayout
-    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
 
     init(fd: Int32, total: Int64, bundleName: [UInt8], extractingInto store: Store?, progress: ((RestorePhase, Int64, Int64) -> Void)?) throws {
         reader = try ArchiveReader(fd: fd)
@@ -169,7 +169,6 @@ private struct ArchivePass {
 
     mutating func run() throws -> BackupManifest {
         defer {
-            buffer.deallocate()
             if let parent { close(parent.fd) }
         }
         let phase: RestorePhase = store == nil ? .verifying : .restoring
@@ -185,7 +184,8 @@ private struct ArchivePass {
         if let expected, expected != manifest { throw Refusal("its manifest changed between the passes") }
 
         var index = 0
-        while let entry = try reader.next() {
+        while var entry = try reader.next() {
+            if index < manifest.records.count { entry.adoptExactNames(from: manifest.records[index]) }
             let (path, kind) = try check(entry)
             guard index < manifest.records.count else {
                 throw Refusal("entry \(path) is not in the manifest")
@@ -418,5 +418,29 @@ private struct ArchivePass {
     private func times(_ entry: ArchiveEntryRead) -> [timespec] {
         let omit = timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)
         return [entry.accessed ?? entry.modified ?? omit, entry.modified ?? omit]
+    }
+}
+
+extension ArchiveEntryRead {
+    /// Takes the manifest's exact bytes for the entry's names where libarchive changed
+    /// them. Reading a pax name recorded as UTF-8, libarchive normalizes it to Unicode NFC
+    /// (so that `café` typed two ways is one name, on purpose); the archive holds the exact
+    /// bytes — GNU tar extracts them — and so does the manifest, which this entry is then
+    /// checked against. Only a name whose NFC form is libarchive's is taken.
+    mutating func adoptExactNames(from record: BackupManifest.Record) {
+        func adopt(_ read: [UInt8], _ exact: [UInt8]) -> [UInt8] {
+            guard read != exact, let text = String(validating: exact, as: UTF8.self),
+                  Array(text.precomposedStringWithCanonicalMapping.utf8) == read else { return read }
+            return exact
+        }
+        var readPath = path
+        if type == S_IFDIR { while readPath.count > 1, readPath.last == UInt8(ascii: "/") { readPath.removeLast() } }
+        let adopted = adopt(readPath, record.path.bytes)
+        if adopted != readPath { path = adopted }
+        switch record {
+        case .symlink(_, let target): if let read = symlinkTarget { symlinkTarget = adopt(read, target) }
+        case .hardLink(_, let target): if let read = hardLinkTarget { hardLinkTarget = adopt(read, target.bytes) }
+        case .directory, .file: break
+        }
     }
 }

@@ -1,0 +1,219 @@
+import ArgumentParser
+import ContainerPolicy
+import ContainerStore
+import Foundation
+
+/// `containerfs backup STORE ARCHIVE [--list] [--json]`.
+struct BackupCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backup",
+        abstract: "Back a container up: Documents/ and Library/ (not Library/Caches/), minus excluded items.",
+        discussion: """
+            Writes a pax tar archive (readable by GNU tar and bsdtar) holding the backup set with
+            modes, times, symlinks, hard links and user.* extended attributes, and as its first
+            entry a manifest with the SHA-256 of every file and the bundle's identity. Works
+            whether or not the container is mounted; each file is read consistently even while
+            an app writes it. The archive appears only once complete. See docs/backup.md.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    @Argument(help: "The archive file to write (not needed with --list).")
+    var archive: String?
+
+    @Flag(help: "Print what would be backed up, with sizes and the total, and write nothing.")
+    var list = false
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func validate() throws {
+        if !list, archive == nil { throw ValidationError("name the archive file to write, or use --list") }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try Store.open(store)
+            let set = try BackupSet.scan(opened)
+            if list {
+                printList(set)
+                return
+            }
+            let bar = ProgressBar("backup")
+            let summary: ContainerStore.BackupSummary
+            do {
+                summary = try Backup.write(opened, set: set, to: archive!) { bar.update($0, $1) }
+                bar.finish()
+            } catch {
+                bar.finish()
+                throw error
+            }
+            if json {
+                printJSON([
+                    "archive": archive!, "entries": summary.entries, "files": summary.files, "bytes": summary.bytes,
+                    "archiveBytes": summary.archiveBytes, "manifestSHA256": hex(summary.manifestDigest),
+                    "vanished": summary.vanished.map(\.description), "excluded": set.excluded.map(\.path.description),
+                ])
+            } else {
+                FileHandleOutput.standardOutput.write(
+                    "backed up \(summary.entries) entries (\(summary.files) files, \(formatBytes(summary.bytes))) of \(store) to \(archive!) (\(formatBytes(summary.archiveBytes)))\n")
+                if !set.excluded.isEmpty {
+                    FileHandleOutput.standardOutput.write("excluded: \(set.excluded.count) items (see --list)\n")
+                }
+                for path in summary.vanished {
+                    FileHandleOutput.standardError.write("containerfs: note: \(path) was deleted during the backup and is not in it\n")
+                }
+            }
+        }
+    }
+
+    private func printList(_ set: BackupSet) {
+        let files = set.items.filter { $0.kind == .file && $0.hardLinkTarget == nil }
+        if json {
+            let items: [[String: Any]] = set.items.map { item in
+                var entry: [String: Any] = ["path": item.path.description, "type": item.hardLinkTarget == nil ? item.kind.rawValue : "hardlink", "size": item.size]
+                if let target = item.hardLinkTarget { entry["target"] = target.description }
+                if let target = item.symlinkTarget { entry["target"] = ContainerPath.printable(target) }
+                return entry
+            }
+            printJSON([
+                "store": store, "items": items, "totalBytes": set.totalBytes, "files": files.count,
+                "excluded": set.excluded.map { ["path": $0.path.description, "type": $0.kind.rawValue] },
+                "skipped": set.skipped.map(\.description),
+            ])
+            return
+        }
+        var out = ""
+        for item in set.items {
+            switch item.kind {
+            case .directory: out += pad("-") + "  \(item.path)/\n"
+            case .symlink: out += pad("-") + "  \(item.path) -> \(ContainerPath.printable(item.symlinkTarget ?? []))\n"
+            case .file:
+                if let target = item.hardLinkTarget {
+                    out += pad("-") + "  \(item.path) (hard link to \(target))\n"
+                } else {
+                    out += pad(String(item.size)) + "  \(item.path)\n"
+                }
+            }
+        }
+        for (path, kind) in set.excluded { out += pad("excluded") + "  \(path)\(kind == .directory ? "/" : "")\n" }
+        for path in set.skipped { out += pad("skipped") + "  \(path) (socket or FIFO)\n" }
+        out += "total: \(set.totalBytes) bytes (\(formatBytes(set.totalBytes))) in \(files.count) files, \(set.items.count) entries\n"
+        FileHandleOutput.standardOutput.write(out)
+    }
+
+    private func pad(_ text: String) -> String {
+        String(repeating: " ", count: max(0, 12 - text.count)) + text
+    }
+}
+
+/// `containerfs restore ARCHIVE STORE --bundle PATH/Name.app`.
+struct RestoreCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "restore",
+        abstract: "Make a container from a backup, as a device restored from backup.",
+        discussion: """
+            Checks the whole archive against its manifest first, and refuses a corrupt, truncated
+            or hostile one (.. or absolute paths, entries through symlinks or outside the backup
+            set, device files, FIFOs) writing nothing. Then builds the container aside — the data,
+            empty Library/Caches and tmp, a fresh install of the bundle — and renames it into
+            place when complete. STORE must not exist, or be an empty folder. See docs/backup.md.
+            """)
+
+    @Argument(help: "The backup archive.")
+    var archive: String
+
+    @Argument(help: "The folder to make the container in.")
+    var store: String
+
+    @Option(help: "The app bundle to install: a folder named NAME.app, the app the backup is of.")
+    var bundle: String
+
+    @Option(help: "The installer key that signs the bundle, as for create (default: $XDG_CONFIG_HOME/containerfs/installer.key).")
+    var key: String?
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        try reportingErrors {
+            // As create: the key first, so a key that cannot be had writes nothing.
+            let installerKey = try InstallerKey.loadOrCreate(at: key)
+            if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
+            let bar = ProgressBar("verify ")
+            let summary: RestoreSummary
+            do {
+                var phase = RestorePhase.verifying
+                summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey) { current, done, total in
+                    if current != phase {
+                        phase = current
+                        bar.restart("restore")
+                    }
+                    bar.update(done, total)
+                }
+                bar.finish()
+            } catch {
+                bar.finish()
+                throw error
+            }
+            let bundleName = ContainerPath.printable(summary.bundleName)
+            if json {
+                printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "bundle": bundleName])
+            } else {
+                FileHandleOutput.standardOutput.write(
+                    "restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint)\n")
+            }
+        }
+    }
+}
+
+/// `containerfs exclude PATH…`.
+struct ExcludeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exclude",
+        abstract: "Keep files or folders out of backups (a folder: its whole subtree).",
+        discussion: """
+            Sets the extended attribute \(BackupExclusion.attributeName) to 1. PATH is in a
+            container's store, or in a mounted container (then set through the mount). Programs
+            inside a container can do the same: setfattr -n \(BackupExclusion.attributeName) -v 1 FILE.
+            """)
+
+    @Argument(help: "Files or folders in a container.")
+    var paths: [String]
+
+    func run() throws {
+        try reportingErrors {
+            _ = try BackupExclusion.set(true, paths: paths)
+        }
+    }
+}
+
+/// `containerfs include PATH…`.
+struct IncludeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "include",
+        abstract: "Back up files or folders again (removes the exclusion attribute).",
+        discussion: "Says so when a folder above PATH is still excluded.")
+
+    @Argument(help: "Files or folders in a container.")
+    var paths: [String]
+
+    func run() throws {
+        try reportingErrors {
+            for note in try BackupExclusion.set(false, paths: paths) {
+                FileHandleOutput.standardError.write("containerfs: note: \(note)\n")
+            }
+        }
+    }
+}
+
+/// Prints a JSON object on one line, keys sorted.
+private func printJSON(_ object: [String: Any]) {
+    let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+    FileHandleOutput.standardOutput.write(String(decoding: data, as: UTF8.self) + "\n")
+}
+
+private func hex(_ bytes: [UInt8]) -> String {
+    bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+}

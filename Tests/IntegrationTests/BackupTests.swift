@@ -1,0 +1,148 @@
+import Foundation
+import Glibc
+import Testing
+
+/// Backup and restore through the command line, with the container mounted (issue 5).
+@Suite("Backup through the CLI")
+struct BackupCLITests {
+    /// `setfattr` through the mount excludes a file and a folder; `containerfs include`
+    /// through the mount path brings one back; the backup is taken while mounted.
+    @Test func exclusionSetThroughTheMountKeepsItemsOut() throws {
+        try withMountedContainer { container in
+            try FileManager.default.createDirectory(atPath: container.mounted("Documents/Downloads/deep"), withIntermediateDirectories: true)
+            for (path, text) in [("Documents/keep.txt", "keep"), ("Documents/skip.txt", "skip"),
+                                 ("Documents/Downloads/a.bin", "a"), ("Documents/Downloads/deep/b.bin", "b")] {
+                try Data(text.utf8).write(to: URL(fileURLWithPath: container.mounted(path)))
+            }
+            for path in ["Documents/skip.txt", "Documents/Downloads"] {
+                let set = try runProgram(["setfattr", "-n", "user.containerfs.exclude-from-backup", "-v", "1", container.mounted(path)])
+                #expect(set.status == 0, "\(set)")
+            }
+            let listed = try containerfs(["backup", container.store, "--list"])
+            #expect(listed.status == 0, "\(listed)")
+            #expect(listed.stdout.contains("Documents/keep.txt"))
+            #expect(listed.stdout.contains("excluded  Documents/skip.txt"))
+            #expect(listed.stdout.contains("excluded  Documents/Downloads/"))
+            #expect(!listed.stdout.contains("a.bin"))
+            #expect(listed.stdout.contains("total: 4 bytes"))
+
+            let archive = container.base + "/backup.tar"
+            let backup = try containerfs(["backup", container.store, archive])
+            #expect(backup.status == 0, "\(backup)")
+            #expect(backup.stderr.isEmpty, "no progress bar when stderr is not a terminal: \(backup.stderr)")
+            let names = try runProgram(["tar", "-tf", archive]).stdout
+            #expect(names.contains("Documents/keep.txt"))
+            #expect(!names.contains("skip.txt") && !names.contains("Downloads"))
+
+            // Included again through the mount path; the file inside stays out with a note.
+            let include = try containerfs(["include", container.mounted("Documents/Downloads/deep/b.bin")])
+            #expect(include.status == 0, "\(include)")
+            #expect(include.stderr.contains("still not backed up"), "\(include)")
+            let folder = try containerfs(["include", container.mounted("Documents/Downloads")])
+            #expect(folder.status == 0, "\(folder)")
+            let json = try containerfs(["backup", container.store, "--list", "--json"])
+            let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
+            let paths = (object["items"] as! [[String: Any]]).map { $0["path"] as! String }
+            #expect(paths.contains("Documents/Downloads/deep/b.bin"))
+            #expect(object["totalBytes"] as? Int == 6)
+        }
+    }
+
+    /// exclude/include on store paths, and the one-line errors.
+    @Test func excludeFromOutsideAndErrors() throws {
+        let container = try MountedContainer()
+        try Data("x".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/x.txt")))
+        let excluded = try containerfs(["exclude", container.stored("Documents/x.txt")])
+        #expect(excluded.status == 0, "\(excluded)")
+        let value = try runProgram(["getfattr", "--only-values", "-n", "user.containerfs.exclude-from-backup", container.stored("Documents/x.txt")])
+        #expect(value.stdout == "1")
+        let outside = try containerfs(["exclude", "/etc/hostname"])
+        #expect(outside.status == 1)
+        #expect(outside.stderr.split(separator: "\n").count == 1)
+        #expect(outside.stderr.contains("not inside a container"), "\(outside)")
+        let missing = try containerfs(["exclude", container.stored("Documents/nope")])
+        #expect(missing.status == 1 && missing.stderr.split(separator: "\n").count == 1, "\(missing)")
+        let usage = try containerfs(["backup", container.store])
+        #expect(usage.status == 64, "\(usage)")
+        let inside = try containerfs(["backup", container.store, container.stored("Documents/self.tar")])
+        #expect(inside.status == 64 && inside.stderr.contains("inside the container"), "\(inside)")
+    }
+
+    /// A backup taken while mounted restores into a container that verifies and mounts,
+    /// with its data, empty caches and tmp, and a fresh bundle.
+    @Test func restoredContainerVerifiesAndMounts() throws {
+        let archive: String
+        let base: String
+        let source = try MountedContainer()
+        base = source.base
+        archive = base + "/backup.tar"
+        try source.mount()
+        try Data("notes".utf8).write(to: URL(fileURLWithPath: source.mounted("Documents/notes.txt")))
+        try FileManager.default.createDirectory(atPath: source.mounted("Library/Application Support/db"), withIntermediateDirectories: true)
+        try Data("db".utf8).write(to: URL(fileURLWithPath: source.mounted("Library/Application Support/db/data")))
+        try Data("cache".utf8).write(to: URL(fileURLWithPath: source.mounted("Library/Caches/thumb")))
+        try Data("tmp".utf8).write(to: URL(fileURLWithPath: source.mounted("tmp/scratch")))
+        let backup = try containerfs(["backup", source.store, archive, "--json"])
+        source.unmount()
+        #expect(backup.status == 0, "\(backup)")
+
+        let restoredStore = base + "/restored"
+        let restore = try containerfs(["restore", archive, restoredStore, "--bundle", base + "/Demo.app"])
+        #expect(restore.status == 0, "\(restore)")
+        let verify = try containerfs(["verify", restoredStore])
+        #expect(verify.status == 0, "\(verify)")
+        let mountpoint = base + "/mnt2"
+        try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+        let mount = try containerfs(["mount", restoredStore, mountpoint])
+        #expect(mount.status == 0, "\(mount)")
+        defer { _ = try? containerfs(["unmount", mountpoint]) }
+        guard mount.status == 0 else { return }
+        #expect(FileManager.default.contents(atPath: mountpoint + "/Documents/notes.txt") == Data("notes".utf8))
+        #expect(FileManager.default.contents(atPath: mountpoint + "/Library/Application Support/db/data") == Data("db".utf8))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mountpoint + "/Library/Caches").isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mountpoint + "/tmp").isEmpty)
+        #expect(FileManager.default.contents(atPath: mountpoint + "/Demo.app/Info.plist") == Data("<plist>demo</plist>\n".utf8))
+        #expect(errnoOf { open(mountpoint + "/Demo.app/Info.plist", O_WRONLY) } == EPERM)
+
+        // Restoring over a non-empty folder, or with another app's bundle, is refused.
+        let again = try containerfs(["restore", archive, restoredStore, "--bundle", base + "/Demo.app"])
+        #expect(again.status == 64, "\(again)")
+        try FileManager.default.createDirectory(atPath: base + "/Other.app", withIntermediateDirectories: true)
+        let other = try containerfs(["restore", archive, base + "/other", "--bundle", base + "/Other.app"])
+        #expect(other.status == 64 && other.stderr.contains("is a backup of Demo.app"), "\(other)")
+        #expect(!FileManager.default.fileExists(atPath: base + "/other"))
+    }
+
+    /// A file rewritten over and over while the container is mounted is never archived
+    /// half old, half new: each version is 4 MiB of one repeated byte.
+    @Test func backupWhileWrittenIsConsistentPerFile() throws {
+        try withMountedContainer { container in
+            let path = container.mounted("Documents/busy.bin")
+            try Data(repeating: 0x41, count: 4 << 20).write(to: URL(fileURLWithPath: path))
+            // Rewrites in place (no truncation), a new byte each time, pausing a little.
+            let writer = Process()
+            writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            writer.arguments = ["python3", "-c", """
+                import os, sys, time
+                fd = os.open(sys.argv[1], os.O_WRONLY)
+                for i in range(400):
+                    block = bytes([0x42 + i % 20]) * (1 << 20)
+                    for j in range(4): os.pwrite(fd, block, j << 20)
+                    time.sleep(0.02)
+                """, path]
+            try writer.run()
+            defer { writer.terminate(); writer.waitUntilExit() }
+            for round in 0..<3 {
+                let archive = container.base + "/busy-\(round).tar"
+                let backup = try containerfs(["backup", container.store, archive])
+                #expect(backup.status == 0, "\(backup)")
+                let extracted = container.base + "/x\(round)"
+                try FileManager.default.createDirectory(atPath: extracted, withIntermediateDirectories: true)
+                _ = try runProgram(["tar", "-xf", archive, "-C", extracted, "Documents/busy.bin"])
+                let data = try Data(contentsOf: URL(fileURLWithPath: extracted + "/Documents/busy.bin"))
+                #expect(data.count == 4 << 20)
+                #expect(Set(data).count == 1, "round \(round): the archived file mixes versions")
+            }
+        }
+    }
+}
