@@ -7,18 +7,20 @@ import Glibc
 enum MountDaemon {
     /// Fails unless `mountpoint` is an existing folder with nothing mounted on it, and FUSE is usable.
     static func checkMountpoint(_ mountpoint: String) throws(UserError) {
-        var info = stat()
-        guard stat(mountpoint, &info) == 0 else {
-            if errno == ENOTCONN {
+        if let existing = MountEntry.at(mountpoint) {
+            // statfs always reaches the daemon; stat may be answered from the kernel's cache.
+            var info = statfs()
+            if existing.isContainer, statfs(mountpoint, &info) != 0, errno == ENOTCONN {
                 throw UserError("\(mountpoint) is a mount whose daemon died: clear it with 'containerfs unmount \(mountpoint)'")
             }
+            throw UserError("\(mountpoint) is already a mount point (\(existing.type) from \(existing.source)): unmount it first")
+        }
+        var info = stat()
+        guard stat(mountpoint, &info) == 0 else {
             throw UserError("mount point \(mountpoint) does not exist: create the folder first (mkdir -p \(mountpoint))")
         }
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw UserError("mount point \(mountpoint) is not a folder: name an empty folder")
-        }
-        if let existing = MountEntry.at(mountpoint) {
-            throw UserError("\(mountpoint) is already a mount point (\(existing.type) from \(existing.source)): unmount it first")
         }
         try checkFUSE()
     }
