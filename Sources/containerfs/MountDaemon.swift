@@ -8,9 +8,9 @@ enum MountDaemon {
     /// Fails unless `mountpoint` is an existing folder with nothing mounted on it, and FUSE is usable.
     static func checkMountpoint(_ mountpoint: String) throws(UserError) {
         if let existing = MountEntry.at(mountpoint) {
-            // statfs always reaches the daemon; stat may be answered from the kernel's cache.
-            var info = statfs()
-            if existing.isContainer, statfs(mountpoint, &info) != 0, errno == ENOTCONN {
+            // statvfs always reaches the daemon; stat may be answered from the kernel's cache.
+            var info = statvfs()
+            if existing.isContainer, statvfs(mountpoint, &info) != 0, errno == ENOTCONN {
                 throw UserError("\(mountpoint) is a mount whose daemon died: clear it with 'containerfs unmount \(mountpoint)'")
             }
             throw UserError("\(mountpoint) is already a mount point (\(existing.type) from \(existing.source)): unmount it first")

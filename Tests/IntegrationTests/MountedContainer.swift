@@ -170,12 +170,12 @@ func isMountPoint(_ path: String) -> Bool {
     mountTable().contains { $0.mountpoint == path && $0.type == "fuse.containerfs" }
 }
 
-/// True when `path` is a containerfs mount whose daemon died: `statfs` always asks the
+/// True when `path` is a containerfs mount whose daemon died: `statvfs` always asks the
 /// daemon, and a dead one answers "Transport endpoint is not connected".
 func isDeadMount(_ path: String) -> Bool {
     guard isMountPoint(path) else { return false }
-    var info = statfs()
-    return statfs(path, &info) != 0 && errno == ENOTCONN
+    var info = statvfs()
+    return statvfs(path, &info) != 0 && errno == ENOTCONN
 }
 
 /// `/proc/self/mountinfo`, read to the end, as (mount point, type) pairs.
