@@ -106,6 +106,6 @@ echo "Backup and restore: $files files, $bytes bytes, $runs run(s), medians (sec
 printf '| %-40s | %8s | %8s | %12s |\n' "operation" "seconds" "MB/s" "vs GNU tar"
 printf '|%s|%s|%s|%s|\n' "------------------------------------------" "----------" "----------" "--------------"
 printf '| %-40s | %8.2f | %8s | %12s |\n' "tar -c (pax, --xattrs) + fsync" "$tc" "$(rate "$tc")" "1.00x"
-printf '| %-40s | %8.2f | %8s | %12s |\n' "containerfs backup (SHA-256, fsync)" "$cb" "$(rate "$cb")" "$(echo "scale=2; $tc / $cb" | bc)x"
+printf '| %-40s | %8.2f | %8s | %12s |\n' "containerfs backup (SHA-256, fsync)" "$cb" "$(rate "$cb")" "$(printf %.2fx "$(echo "scale=4; $tc / $cb" | bc)")"
 printf '| %-40s | %8.2f | %8s | %12s |\n' "tar -x (--xattrs) + syncfs" "$tx" "$(rate "$tx")" "1.00x"
-printf '| %-40s | %8.2f | %8s | %12s |\n' "containerfs restore (verify, syncfs)" "$cr" "$(rate "$cr")" "$(echo "scale=2; $tx / $cr" | bc)x"
+printf '| %-40s | %8.2f | %8s | %12s |\n' "containerfs restore (verify, syncfs)" "$cr" "$(rate "$cr")" "$(printf %.2fx "$(echo "scale=4; $tx / $cr" | bc)")"

@@ -23,6 +23,8 @@ public struct BackupSummary: Sendable {
 public enum Backup {
     /// How often a file that changes while it is read is read again before giving up.
     static let attempts = 5
+    /// Files from this size on are hashed on a second thread.
+    static let backgroundHashSize = 256 * 1024
 
     /// Writes `set`, taken from `store`, to a new archive at `archivePath` (replacing a file
     /// there only once the archive is complete). `progress` is called with the bytes of
@@ -95,7 +97,10 @@ private struct BackupWriter {
     var records: [BackupManifest.Record] = []
     /// The first path written for each hard-linked file.
     var written: [InodeIdentity: ContainerPath] = [:]
-    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
+    /// Two buffers: one is read into while the other's chunk is being hashed.
+    let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096),
+                   UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
+    let backgroundHasher = BackgroundHasher()
 
     init(store: Store, set: BackupSet, fd: Int32, progress: ((Int64, Int64) -> Void)?) throws {
         self.store = store
@@ -106,7 +111,10 @@ private struct BackupWriter {
     }
 
     mutating func run() throws -> BackupSummary {
-        defer { buffer.deallocate() }
+        defer {
+            backgroundHasher.drain()
+            buffers.forEach { $0.deallocate() }
+        }
         var manifest = BackupManifest(bundleName: store.layout.bundleName, bundleManifestDigest: BundleSignature.manifestDigest(of: store), records: [])
         let room = reservedRoom(manifest.header)
         let now = currentTime()
@@ -216,18 +224,30 @@ private struct BackupWriter {
             var fileHeader = header(item, info: before)
             fileHeader.size = Int64(before.st_size)
             try writer.writeHeader(fileHeader)
+            // A large file is hashed on the second core while it is read and written; a
+            // small one here (handing it over would cost more than hashing it).
+            let inBackground = before.st_size >= Backup.backgroundHashSize
             var hasher = SHA256()
+            if inBackground { backgroundHasher.reset() }
             var remaining = Int64(before.st_size)
             var offset: Int64 = 0
             var changed = false
+            var slot = 0
             while remaining > 0 {
+                let buffer = buffers[slot]
+                if inBackground { backgroundHasher.waitForSlot(slot) }
                 let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), remaining)), off_t(offset)) }
                 if count == 0 {
                     changed = true  // it shrank
                     break
                 }
                 let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-                hasher.update(bufferPointer: chunk)
+                if inBackground {
+                    backgroundHasher.update(chunk, slot: slot)
+                    slot ^= 1
+                } else {
+                    hasher.update(bufferPointer: chunk)
+                }
                 try writer.writeData(chunk)
                 remaining -= Int64(count)
                 offset += Int64(count)
@@ -243,7 +263,8 @@ private struct BackupWriter {
                 continue
             }
             try writer.finishEntry()
-            records.append(.file(item.path, sha256: Array(hasher.finalize())))
+            let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
+            records.append(.file(item.path, sha256: digest))
             if before.st_nlink > 1 { written[identity] = item.path }
             summary.files += 1
             summary.bytes += Int64(before.st_size)

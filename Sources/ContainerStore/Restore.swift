@@ -158,6 +158,10 @@ private struct ArchivePass {
     /// The folder entries are written into, kept open while siblings follow.
     private var parent: (path: ContainerPath, fd: Int32)?
     private let layout: ContainerLayout
+    /// For the first pass: two buffers for chunks being hashed on the second core.
+    private let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096),
+                           UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
+    private let backgroundHasher = BackgroundHasher()
 
     init(fd: Int32, total: Int64, bundleName: [UInt8], extractingInto store: Store?, progress: ((RestorePhase, Int64, Int64) -> Void)?) throws {
         reader = try ArchiveReader(fd: fd)
@@ -170,6 +174,8 @@ private struct ArchivePass {
     mutating func run() throws -> BackupManifest {
         defer {
             if let parent { close(parent.fd) }
+            backgroundHasher.drain()
+            buffers.forEach { $0.deallocate() }
         }
         let phase: RestorePhase = store == nil ? .verifying : .restoring
         progress?(phase, 0, total)
@@ -291,15 +297,33 @@ private struct ArchivePass {
         case .symlink: found = .symlink(path, target: entry.symlinkTarget ?? [])
         case nil: found = .hardLink(path, target: ContainerPath(strict: entry.hardLinkTarget!)!)
         case .file:
+            // A large file is hashed on the second core: each chunk copied out of
+            // libarchive's buffer (valid only until the next read) into one of two buffers.
+            let inBackground = entry.size >= Backup.backgroundHashSize
             var hasher = SHA256()
+            if inBackground { backgroundHasher.reset() }
             var size: Int64 = 0
+            var slot = 0
             try reader.readData { chunk in
-                hasher.update(bufferPointer: chunk)
+                if inBackground {
+                    var start = 0
+                    while start < chunk.count {
+                        let buffer = buffers[slot]
+                        let count = min(buffer.count, chunk.count - start)
+                        backgroundHasher.waitForSlot(slot)
+                        buffer.baseAddress!.copyMemory(from: chunk.baseAddress! + start, byteCount: count)
+                        backgroundHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), slot: slot)
+                        slot ^= 1
+                        start += count
+                    }
+                } else {
+                    hasher.update(bufferPointer: chunk)
+                }
                 size += Int64(chunk.count)
             }
             guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
             bytes += size
-            found = .file(path, sha256: Array(hasher.finalize()))
+            found = .file(path, sha256: inBackground ? backgroundHasher.finalize() : Array(hasher.finalize()))
         }
         guard found == record else {
             if case .file(let p, _) = record, p == path {
