@@ -9,10 +9,10 @@ struct BackupCommand: ParsableCommand {
         commandName: "backup",
         abstract: "Back a container up: Documents/ and Library/ (not Library/Caches/), minus excluded items.",
         discussion: """
-            Writes a pax tar archive (readable by GNU tar and bsdtar) holding the backup set with
-            modes, times, symlinks, hard links and user.* extended attributes, and as its first
-            entry a manifest with the SHA-256 of every file and the bundle's identity. Works
-            whether or not the container is mounted; each file is read consistently even while
+            Writes a pax tar archive (readable by GNU tar and bsdtar) holding the backup set with \
+            modes, times, symlinks, hard links and user.* extended attributes, and as its first \
+            entry a manifest with the SHA-256 of every file and the bundle's identity. Works \
+            whether or not the container is mounted; each file is read consistently even while \
             an app writes it. The archive appears only once complete. See docs/backup.md.
             """)
 
@@ -114,10 +114,10 @@ struct RestoreCommand: ParsableCommand {
         commandName: "restore",
         abstract: "Make a container from a backup, as a device restored from backup.",
         discussion: """
-            Checks the whole archive against its manifest first, and refuses a corrupt, truncated
-            or hostile one (.. or absolute paths, entries through symlinks or outside the backup
-            set, device files, FIFOs) writing nothing. Then builds the container aside — the data,
-            empty Library/Caches and tmp, a fresh install of the bundle — and renames it into
+            Checks the whole archive against its manifest first, and refuses a corrupt, truncated \
+            or hostile one (.. or absolute paths, entries through symlinks or outside the backup \
+            set, device files, FIFOs) writing nothing. Then builds the container aside — the data, \
+            empty Library/Caches and tmp, a fresh install of the bundle — and renames it into \
             place when complete. STORE must not exist, or be an empty folder. See docs/backup.md.
             """)
 
@@ -174,8 +174,8 @@ struct ExcludeCommand: ParsableCommand {
         commandName: "exclude",
         abstract: "Keep files or folders out of backups (a folder: its whole subtree).",
         discussion: """
-            Sets the extended attribute \(BackupExclusion.attributeName) to 1. PATH is in a
-            container's store, or in a mounted container (then set through the mount). Programs
+            Sets the extended attribute \(BackupExclusion.attributeName) to 1. PATH is in a \
+            container's store, or in a mounted container (then set through the mount). Programs \
             inside a container can do the same: setfattr -n \(BackupExclusion.attributeName) -v 1 FILE.
             """)
 
