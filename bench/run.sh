@@ -38,4 +38,6 @@ python3 "$here/bench.py" "$@" || status=$?
 "$here/verify.sh" "$@" || status=$?
 # Backup and restore (issue 5): against tar -c / tar -x of the same files.
 "$here/backup.sh" "$@" || status=$?
+# Tags and purge (issue 4): tagging overhead, and purge against rm of the same files.
+"$here/purge.sh" "$1" || status=$?
 exit "$status"

@@ -5,9 +5,9 @@ import Glibc
 /// Deleting tagged files (SPEC §3): least recently used first, across stores.
 ///
 /// Safety: only regular files below `Library/Caches` or `tmp` are deleted, reached by
-/// opening each folder of their path with `O_NOFOLLOW` from the store's root descriptor
-/// (a symlink anywhere on the way ends the walk), checked with `fstatat` to be the regular
-/// file the tag names (same inode) and removed with `unlinkat`. Folders, symlinks, other
+/// opening their folder from the store's root descriptor with `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)` (a symlink anywhere on the way refuses it), checked with
+/// `fstatat` to be the regular file the tag names (same inode) and removed with `unlinkat`. Folders, symlinks, other
 /// files and the `CACHEDIR.TAG` markers are never deleted. A program writing to a file as
 /// it is purged keeps writing to the unlinked inode: no other file is touched.
 public enum Purge {
@@ -98,43 +98,46 @@ public enum Purge {
         }
 
         // Least recently used first; ties in the order the stores were named, then by path.
-        var candidates: [(source: Int, tag: Int)] = []
+        // Sorted as small keys (no tag copied per comparison).
+        var candidates: [(lastUse: Int64, source: Int32, tag: Int32)] = []
         for (s, source) in sources.enumerated() {
             for (t, tag) in source.tags.enumerated() where options.kinds.contains(tag.kind) {
                 if let cutoff, tag.lastUse > cutoff { continue }
-                candidates.append((s, t))
+                candidates.append((tag.lastUse, Int32(s), Int32(t)))
             }
         }
         candidates.sort { a, b in
-            let x = sources[a.source].tags[a.tag], y = sources[b.source].tags[b.tag]
-            if x.lastUse != y.lastUse { return x.lastUse < y.lastUse }
+            if a.lastUse != b.lastUse { return a.lastUse < b.lastUse }
             if a.source != b.source { return a.source < b.source }
-            return x.path.lexicographicallyPrecedes(y.path)
+            return sources[Int(a.source)].tags[Int(a.tag)].path.lexicographicallyPrecedes(sources[Int(b.source)].tags[Int(b.tag)].path)
         }
 
         var removed = sources.map { [Bool](repeating: false, count: $0.tags.count) }
         var gone = sources.map { [Bool](repeating: false, count: $0.tags.count) }
-        var walkers = sources.map { ParentWalker(rootFD: stores[$0.store].rootFD) }
+        // Each walker keeps its store's folders open; share the descriptor limit among them.
+        var limit = rlimit()
+        getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+        let folders = max(16, (Int(clamping: limit.rlim_cur) - 64) / max(1, sources.count))
+        var walkers = sources.map { ParentWalker(rootFD: stores[$0.store].rootFD, capacity: folders) }
         defer { walkers.indices.forEach { walkers[$0].close() } }
         for candidate in candidates {
             if let free = options.free, report.freedBytes >= free { break }
-            let source = sources[candidate.source]
-            let tag = source.tags[candidate.tag]
+            let (s, t) = (Int(candidate.source), Int(candidate.tag))
             if !options.dryRun {
-                switch walkers[candidate.source].unlink(tag) {
+                switch walkers[s].unlink(sources[s].tags[t]) {
                 case .success:
-                    removed[candidate.source][candidate.tag] = true
+                    removed[s][t] = true
                 case .failure(let error):
                     // Gone already, or no longer the file the tag names: not ours to delete.
-                    gone[candidate.source][candidate.tag] = true
+                    gone[s][t] = true
                     if error.code != ENOENT, error.code != ESTALE {
-                        report.failures.append(Failure(store: source.store, path: tag.path, error: error))
+                        report.failures.append(Failure(store: sources[s].store, path: sources[s].tags[t].path, error: error))
                     }
                     continue
                 }
             }
-            report.deleted.append(Deleted(store: source.store, tag: tag))
-            report.freedBytes += tag.size
+            report.deleted.append(Deleted(store: sources[s].store, tag: sources[s].tags[t]))
+            report.freedBytes += sources[s].tags[t].size
         }
         if options.dryRun { return report }
 
@@ -203,51 +206,45 @@ public enum Purge {
     }
 }
 
-/// Reaches the parent folders of tagged files from a store's root, one `O_NOFOLLOW` open
-/// per folder, keeping the descriptors of the folders last used (purge deletes whole
-/// folders' worth of files in a row, oldest first).
+/// Reaches the parent folders of tagged files from a store's root: one `openat2` per
+/// folder with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (a symlink anywhere on the path
+/// refuses it), keeping up to `capacity` folders open, since purge deletes the files of
+/// many folders in an order of their own.
 struct ParentWalker {
     private let rootFD: Int32
+    private let capacity: Int
     private var open: [[UInt8]: Int32] = [:]
 
-    init(rootFD: Int32) {
+    init(rootFD: Int32, capacity: Int) {
         self.rootFD = rootFD
+        self.capacity = capacity
     }
 
     /// Unlinks the tagged file if it is still the regular file the tag names.
     mutating func unlink(_ tag: Tag) -> Result<Void, Errno> {
         guard let slash = tag.path.lastIndex(of: UInt8(ascii: "/")) else { return .failure(Errno(EINVAL)) }
-        let name = Array(tag.path[(slash + 1)...])
         let parent: Int32
         switch directory(Array(tag.path[..<slash])) {
         case .success(let fd): parent = fd
         case .failure(let error): return .failure(error)
         }
-        return withCName(name) { cname -> Result<Void, Errno> in
+        return withCName(Array(tag.path[(slash + 1)...])) { name -> Result<Void, Errno> in
             var info = stat()
-            guard fstatat(parent, cname, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Errno.current) }
+            guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Errno.current) }
             guard info.st_mode & S_IFMT == S_IFREG, UInt64(info.st_ino) == tag.inode else { return .failure(Errno(ESTALE)) }
-            return unlinkat(parent, cname, 0) == 0 ? .success(()) : .failure(Errno.current)
+            return unlinkat(parent, name, 0) == 0 ? .success(()) : .failure(Errno.current)
         }
     }
 
-    /// The folder at `path` (relative to the root), opened component by component.
+    /// The folder at `path` (relative to the root), never through a symlink.
     private mutating func directory(_ path: [UInt8]) -> Result<Int32, Errno> {
         if let fd = open[path] { return .success(fd) }
-        if open.count >= 64 { close() }
-        var fd = rootFD
-        var owned = false
-        for component in path.split(separator: UInt8(ascii: "/")) {
-            let (next, error) = withCName(Array(component)) { name -> (Int32, Errno) in
-                let opened = openat(fd, name, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                return (opened, Errno.current)
-            }
-            if owned { Glibc.close(fd) }
-            guard next >= 0 else { return .failure(error) }
-            fd = next
-            owned = true
+        if open.count >= capacity { close() }
+        let (fd, error) = withCName(path) { name -> (Int32, Errno) in
+            let opened = clinux_open_beneath(rootFD, name, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)
+            return (opened, Errno.current)
         }
-        guard owned else { return .failure(Errno(EINVAL)) }
+        guard fd >= 0 else { return .failure(error) }
         open[path] = fd
         return .success(fd)
     }

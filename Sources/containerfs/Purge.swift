@@ -48,6 +48,7 @@ struct PurgeCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let options = try parseOptions()
+            raiseDescriptorLimit()
             var opened: [Store] = []
             for path in stores { opened.append(try Store.open(path)) }
             let report = try Purge.purge(opened, options)
@@ -93,7 +94,7 @@ struct PurgeCommand: ParsableCommand {
     private func printText(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput) {
         let verb = dryRun ? "would delete" : "deleted"
         for item in report.deleted {
-            output.write("\(verb) \(opened[item.store].path)/\(ContainerPath.printable(item.tag.path))  \(item.tag.size) bytes  last used \(isoTime(item.tag.lastUse))\n")
+            output.write("\(verb) \(opened[item.store].path)/\(printablePath(item.tag.path))  \(item.tag.size) bytes  last used \(isoTime(item.tag.lastUse))\n")
         }
         let storeCount = Set(report.deleted.map(\.store)).count
         output.write("\(dryRun ? "would free" : "freed") \(report.freedBytes) bytes (\(humanBytes(report.freedBytes))) in \(report.deleted.count) file(s) from \(storeCount) store(s)\n")
@@ -106,7 +107,7 @@ struct PurgeCommand: ParsableCommand {
         output.write("{\"dryRun\":\(dryRun),\"freedBytes\":\(report.freedBytes),\"deleted\":[")
         for (number, item) in report.deleted.enumerated() {
             if number > 0 { output.write(",") }
-            output.write("{\"store\":\(jsonString(opened[item.store].path)),\"path\":\(jsonString(ContainerPath.printable(item.tag.path)))")
+            output.write("{\"store\":\(jsonString(opened[item.store].path)),\"path\":\(jsonString(printablePath(item.tag.path)))")
             output.write(",\"kind\":\"\(item.tag.kind.name)\",\"size\":\(item.tag.size),\"lastUse\":\"\(isoTime(item.tag.lastUse))\",\"lastUseNanoseconds\":\(item.tag.lastUse)}")
         }
         output.write("],\"skipped\":[")
@@ -117,6 +118,22 @@ struct PurgeCommand: ParsableCommand {
         output.write(report.failures.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"path\":\(jsonString(ContainerPath.printable($0.path))),\"error\":\(jsonString($0.error.description))}" }.joined(separator: ","))
         output.write("]}\n")
     }
+}
+
+/// Purge keeps many folders open at once: take the whole descriptor allowance.
+private func raiseDescriptorLimit() {
+    var limit = rlimit()
+    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+    limit.rlim_cur = limit.rlim_max
+    setrlimit(resource, &limit)
+}
+
+/// A path as `ContainerPath.printable` shows it, without its per-character work for the
+/// usual name: valid UTF-8 with no backslash.
+func printablePath(_ bytes: [UInt8]) -> String {
+    if !bytes.contains(UInt8(ascii: "\\")), let text = String(validating: bytes, as: UTF8.self) { return text }
+    return ContainerPath.printable(bytes)
 }
 
 /// Standard output gathered in large writes: a purge can list many thousand files.
