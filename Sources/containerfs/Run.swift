@@ -96,10 +96,11 @@ struct Run: ParsableCommand {
         // Only bubblewrap gets the write end, through the spawn's dup2.
         for fd in info { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let infoFD: Int32 = 3
-        let arguments = sandbox.arguments(mountpoint: mountpoint, command: command, newSession: newSession, infoFD: infoFD)
+        let line = sandbox.commandLine(mountpoint: mountpoint, command: command, newSession: newSession,
+                                       terminalSignals: relay.caught, infoFD: infoFD)
         let pid: pid_t
         do {
-            pid = try spawn(sandbox.bubblewrap, arguments, environment: Sandbox.environment(home: Sandbox.home), passing: (info[1], infoFD))
+            pid = try spawn(line.executable, line.arguments, environment: Sandbox.environment(home: Sandbox.home), passing: (info[1], infoFD))
         } catch {
             close(info[0])
             close(info[1])

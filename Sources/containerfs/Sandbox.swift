@@ -33,20 +33,43 @@ struct Sandbox {
             guard let resolved = realpath(path, nil) else {
                 throw UserError("cannot show \(path) inside: \(Errno.current); name an existing host path with --bind-ro")
             }
-            binds.append(String(cString: resolved))
+            let bind = String(cString: resolved)
             free(resolved)
+            if Self.home.hasPrefix(bind == "/" ? "/" : bind + "/") || bind == Self.home || bind.hasPrefix(Self.home + "/") || bind == "/tmp" {
+                throw UserError.usage("--bind-ro \(path) would hide the container (\(Self.home), /tmp): name a path outside them")
+            }
+            binds.append(bind)
         }
         self.readOnlyBinds = binds
     }
 
-    /// The `bwrap` arguments that run `command` with the container mounted at `mountpoint`.
+    /// The command line that runs `command` under bubblewrap with the container mounted at
+    /// `mountpoint`: the executable to spawn and its arguments (`argv[0]` included).
     ///
-    /// - `newSession`: put the program in its own session (`--new-session`), so that it
-    ///   cannot push input into a terminal it does not own. Only when there is no terminal:
-    ///   with one, the program must stay in the terminal's foreground process group for
-    ///   Ctrl-C and job control to reach it.
+    /// - `newSession`: when there is no terminal, the program gets its own session
+    ///   (`--new-session`), so that it cannot push input into a terminal it does not own.
+    ///   With a terminal it stays in the terminal's foreground process group, for Ctrl-C
+    ///   and job control to reach it.
+    /// - `terminalSignals`: with a terminal, the signals it sends to the whole foreground
+    ///   group (those `run` did not find ignored). bubblewrap's outer process is in that
+    ///   group too, and would die of Ctrl-C and take the sandbox with it (a Python REPL
+    ///   could never be interrupted). So bubblewrap runs with them ignored (`env
+    ///   --ignore-signal`), and the program with them back to their defaults (`env
+    ///   --default-signal`, which execs it: it stays pid 2 in the sandbox).
     /// - `infoFD`: the descriptor bubblewrap writes the sandbox's first pid to.
-    func arguments(mountpoint: String, command: [String], newSession: Bool, infoFD: Int32) -> [String] {
+    func commandLine(mountpoint: String, command: [String], newSession: Bool, terminalSignals: [Int32],
+                     infoFD: Int32) -> (executable: String, arguments: [String]) {
+        let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
+        let arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD)
+        if names.isEmpty { return (bubblewrap, arguments + command) }
+        return ("/usr/bin/env", ["env", "--ignore-signal=" + names, bubblewrap] + arguments.dropFirst()
+                + ["/usr/bin/env", "--default-signal=" + names] + command)
+    }
+
+    static let signalNames: [Int32: String] = [SIGINT: "INT", SIGQUIT: "QUIT", SIGHUP: "HUP"]
+
+    /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
+    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32) -> [String] {
         var arguments = ["bwrap", "--unshare-all"]
         if network { arguments.append("--share-net") }
         arguments += ["--die-with-parent", "--info-fd", "\(infoFD)"]
@@ -69,12 +92,15 @@ struct Sandbox {
             if !Self.systemFolders.contains(where: { path.hasPrefix($0 + "/") }) { arguments += ["--ro-bind-try", path, path] }
         }
         arguments += ["--proc", "/proc", "--dev", "/dev", "--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
-        for path in readOnlyBinds { arguments += ["--ro-bind", path, path] }
-        // The container last, so that no bind above can hide it; its tmp is also /tmp.
+        // The container; its tmp is also /tmp.
         arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]
+        // The caller's binds last, so that one below /tmp is not hidden by the container's
+        // tmp (bubblewrap makes its mount point there, purged with tmp). `init` refused
+        // those that would hide the container.
+        for path in readOnlyBinds { arguments += ["--ro-bind", path, path] }
         // The sandbox's own root is a tmpfs: read-only, so that a write outside the
         // container fails as it would on iOS instead of vanishing with the sandbox.
-        arguments += ["--remount-ro", "/", "--chdir", Self.home, "--"] + command
+        arguments += ["--remount-ro", "/", "--chdir", Self.home, "--"]
         return arguments
     }
 

@@ -27,8 +27,8 @@ final class SignalRelay: @unchecked Sendable {
         case finishing
     }
 
-    /// The signals relayed; a signal ignored when `run` started stays ignored (as a shell
-    /// passes `nohup` on) and is not caught.
+    /// The signals relayed. SIGINT, SIGHUP or SIGQUIT ignored when `run` started stays
+    /// ignored and is not caught, as a shell passes on `nohup` or a background job's SIGINT.
     let caught: [Int32]
     private let phase = Mutex(Phase.starting(first: nil))
 
@@ -43,17 +43,25 @@ final class SignalRelay: @unchecked Sendable {
         // A closed stderr must not kill `run` before it cleans up; the program gets SIGPIPE back.
         signal(SIGPIPE, SIG_IGN)
         var caught: [Int32] = []
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
         for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
             var current = sigaction()
             sigaction(signal, nil, &current)
-            if unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) == 1 { continue }  // SIG_IGN
+            let ignored = unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) == 1  // SIG_IGN
+            if ignored, signal != SIGTERM { continue }
             var action = sigaction()
             action.__sigaction_handler.sa_sigaction = relayHandler
             action.sa_flags = SA_SIGINFO | SA_RESTART
             sigemptyset(&action.sa_mask)
             sigaction(signal, &action, nil)
+            sigaddset(&unblocked, signal)
             caught.append(signal)
         }
+        // A parent may have started us with these blocked (Foundation's Process does, from
+        // a Dispatch thread): they would stay pending and never reach the program. Threads
+        // started from here on inherit this thread's mask.
+        pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
         self.caught = caught
         let readEnd = fds[0]
         let thread = Thread { [self] in
@@ -124,14 +132,21 @@ final class SignalRelay: @unchecked Sendable {
 
     /// The host pid of the child of `initPID` that is pid 2 in the sandbox's namespace.
     static func program(initPID: pid_t) -> pid_t? {
-        guard let children = try? String(contentsOfFile: "/proc/\(initPID)/task/\(initPID)/children", encoding: .utf8) else { return nil }
+        guard let children = procFile("/proc/\(initPID)/task/\(initPID)/children") else { return nil }
         for child in children.split(separator: " ").compactMap({ pid_t($0) }) {
-            guard let status = try? String(contentsOfFile: "/proc/\(child)/status", encoding: .utf8),
+            guard let status = procFile("/proc/\(child)/status"),
                   let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") })
             else { continue }
             if line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last == "2" { return child }
         }
         return nil
+    }
+
+    /// A /proc file read to the end (it has no size to go by), nil when it is gone.
+    private static func procFile(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        return (try? handle.readToEnd()).map { String(decoding: $0, as: UTF8.self) }
     }
 }
 
