@@ -31,9 +31,11 @@ bench: release
 	scripts/install-deps.sh --bench
 	bench/run.sh $(RELEASE_BIN)
 
+# The helper goes where mount(8) looks for mount.TYPE: /sbin (on a merged-/usr system, /usr/sbin).
+# mount.fuse.containerfs serves the FUSE convention's type name, fuse.containerfs.
 install: release
-	install -m 0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/containerfs
-	install -m 0755 mount-helper/mount.containerfs $(DESTDIR)/sbin/mount.containerfs
+	install -D -m 0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/containerfs
+	install -D -m 0755 mount-helper/mount.containerfs $(DESTDIR)/sbin/mount.containerfs
 	ln -sf mount.containerfs $(DESTDIR)/sbin/mount.fuse.containerfs
 
 clean:
