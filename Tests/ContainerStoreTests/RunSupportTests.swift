@@ -1,0 +1,81 @@
+import ContainerPolicy
+import Foundation
+import Glibc
+import Testing
+
+@testable import ContainerStore
+
+/// What `containerfs run` keeps in the store: the run lock, the purge of tmp/ when the
+/// program ends, the count of the run's denials.
+@Suite("RunSupport")
+struct RunSupportTests {
+    /// A fresh store in a temporary folder (removed afterwards) and that folder.
+    private func makeStore() throws -> (Store, String) {
+        var template = Array("/tmp/containerfs-runstore-XXXXXX".utf8CString)
+        let base = String(cString: mkdtemp(&template)!)
+        try FileManager.default.createDirectory(atPath: base + "/Demo.app", withIntermediateDirectories: true)
+        try Data("plist".utf8).write(to: URL(fileURLWithPath: base + "/Demo.app/Info.plist"))
+        return (try Store.create(at: base + "/store", bundle: base + "/Demo.app"), base)
+    }
+
+    @Test func purgeEmptiesTmpButKeepsItsTagAndFollowsNoSymlink() throws {
+        let (store, base) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let tmp = base + "/store/tmp"
+        let outside = base + "/outside"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: outside + "/precious"))
+        try FileManager.default.createDirectory(atPath: tmp + "/deep/er/still", withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: tmp + "/deep/er/still/file"))
+        try Data("y".utf8).write(to: URL(fileURLWithPath: tmp + "/top"))
+        try FileManager.default.createSymbolicLink(atPath: tmp + "/link-to-outside", withDestinationPath: outside)
+        try FileManager.default.createSymbolicLink(atPath: tmp + "/deep/dangling", withDestinationPath: "/nonexistent")
+        mkfifo(tmp + "/fifo", 0o600)
+        chmod(tmp + "/deep/er", 0o500)  // a folder the program made unwritable
+
+        #expect(store.purgeTemporaryFolder() == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: tmp) == ["CACHEDIR.TAG"])
+        #expect(FileManager.default.contents(atPath: outside + "/precious") == Data("keep".utf8), "a symlink's target is never touched")
+        #expect(store.purgeTemporaryFolder() == 0, "purging an empty tmp is fine")
+    }
+
+    @Test func theRunLockIsExclusiveAndRemembersAnAbandonedMountpoint() throws {
+        let (store, base) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        var first: RunLock? = try RunLock(store: store)
+        #expect(first?.abandonedMountpoint == nil)
+        first?.record(mountpoint: "/tmp/containerfs-run-abc/container")
+        // flock belongs to the open file: a second open, even in this process, is refused.
+        let error = #expect(throws: UserError.self) { _ = try RunLock(store: store) }
+        #expect(error?.message == "a program is already running in \(store.path) (containerfs run, pid \(getpid())): one app runs as one process at a time; wait for it to end")
+        first = nil  // as if the run were killed: the record stays, the lock goes
+        do {
+            let second = try RunLock(store: store)
+            #expect(second.abandonedMountpoint == "/tmp/containerfs-run-abc/container")
+            second.record(mountpoint: nil)
+        }
+        #expect(try RunLock(store: store).abandonedMountpoint == nil, "a run that cleaned up leaves nothing to clear")
+    }
+
+    @Test func denialsAreCountedFromATimeOn() throws {
+        let (store, base) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        func line(_ time: String) -> String {
+            #"{"areas":["bundle"],"errno":"EPERM","operation":"open","paths":["Demo.app/Info.plist"],"pid":1,"process":"sh","rule":"bundleIsReadOnly","time":"\#(time)","uid":0}"#
+        }
+        let log = [line("2026-11-21T10:00:00.000Z"), line("2026-11-21T10:00:05.250Z"), line("2026-11-21T10:00:07.000Z"), #"{"dropped":3}"#]
+        try Data((log.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: base + "/store/.containerfs/audit.log"))
+        var since = timespec()
+        var parts = tm()
+        parts.tm_year = 2026 - 1900
+        parts.tm_mon = 10
+        parts.tm_mday = 21
+        parts.tm_hour = 10
+        parts.tm_sec = 5
+        since.tv_sec = timegm(&parts)
+        since.tv_nsec = 250_000_000
+        #expect(AuditLog.recordTime(since) == "2026-11-21T10:00:05.250Z")
+        #expect(AuditLog.countDenials(stateFD: store.stateFD, since: since) == 2)
+        #expect(AuditLog.countDenials(stateFD: store.stateFD, since: AuditLog.now()) == 0)
+    }
+}
