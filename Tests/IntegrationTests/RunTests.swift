@@ -153,6 +153,24 @@ struct RunTests {
         try expectCleanedUp(container)
     }
 
+    /// An ordinary user (no root, so bubblewrap uses a user namespace and the mount goes
+    /// through fusermount3): the same view, and tmp/ purged even of folders made unwritable.
+    @Test func anOrdinaryUserRunsAProgramConfined() throws {
+        let container = try MountedContainer(user: "cfs-alice")
+        let script = """
+            id -un; echo "$HOME"; ls /home; touch Documents/mine
+            mkdir -p tmp/locked/inner && touch tmp/locked/inner/file && chmod 500 tmp/locked/inner tmp/locked
+            [ -e /root ] && echo "root visible"; exit 0
+            """
+        let result = try runProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", script], user: "cfs-alice")
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout == "cfs-alice\n/home/app\napp\n")
+        var info = stat()
+        #expect(stat(container.stored("Documents/mine"), &info) == 0)
+        #expect(info.st_uid == getpwnam("cfs-alice").pointee.pw_uid, "files belong to the user")
+        try expectCleanedUp(container)
+    }
+
     // MARK: The rules and the denial summary
 
     @Test func bundleWriteIsDeniedWithEPERMAndCountedInTheSummary() throws {
