@@ -69,7 +69,7 @@ public enum Purge {
 
     /// Purges `stores` (which must be on one device) as `options` say.
     public static func purge(_ stores: [Store], _ options: Options) throws(UserError) -> Report {
-        try checkOneDevice(stores)
+        let duplicates = try checkOneDevice(stores)
         var report = Report()
         let cutoff: Int64? = options.olderThan.map { realtimeNanoseconds() - Int64($0 * 1e9) }
 
@@ -82,7 +82,7 @@ public enum Purge {
             var mounted: Bool
         }
         var sources: [Source] = []
-        for (number, store) in stores.enumerated() {
+        for (number, store) in stores.enumerated() where !duplicates.contains(number) {
             let holder = MountLock.holder(store)
             if let holder, !options.includeRunning {
                 report.skipped.append(Skipped(store: number, mountpoint: holder.mountpoint, pid: holder.pid))
@@ -186,16 +186,21 @@ public enum Purge {
     }
 
     /// Refuses stores on different file systems: "free SIZE" means space on one device.
-    static func checkOneDevice(_ stores: [Store]) throws(UserError) {
+    /// Returns the indexes of stores named twice (under any path), to be purged once.
+    static func checkOneDevice(_ stores: [Store]) throws(UserError) -> Set<Int> {
         var first: (path: String, device: UInt64)?
-        for store in stores {
+        var seen = Set<UInt64>()
+        var duplicates = Set<Int>()
+        for (number, store) in stores.enumerated() {
             var info = stat()
             guard fstat(store.rootFD, &info) == 0 else { throw UserError("cannot read store \(store.path): \(Errno.current)") }
             if let first, first.device != UInt64(info.st_dev) {
                 throw UserError.usage("stores \(first.path) and \(store.path) are on different devices: purge each device's stores separately")
             }
             if first == nil { first = (store.path, UInt64(info.st_dev)) }
+            if !seen.insert(UInt64(info.st_ino)).inserted { duplicates.insert(number) }
         }
+        return duplicates
     }
 
     /// Now on the real-time clock, in nanoseconds since the epoch.

@@ -117,6 +117,14 @@ struct PurgeStoreTests {
         #expect(scratch.exists("Library/Caches/CACHEDIR.TAG"))
     }
 
+    @Test func aStoreNamedTwiceIsPurgedOnce() throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/a", size: 1, secondsAgo: 10)
+        let again = try Store.open(scratch.root + "/")
+        let report = try Purge.purge([scratch.store, again], .init(kinds: [.cache], dryRun: true))
+        #expect(paths(report) == ["Library/Caches/a"])
+    }
+
     @Test func olderThanLeavesRecentFiles() throws {
         let scratch = try PurgeScratch()
         try scratch.file("tmp/week-old", size: 1, secondsAgo: 7 * 86400)
