@@ -168,8 +168,12 @@ struct Run: ParsableCommand {
             var status: Int32 = 0
             while waitpid(daemon, &status, unmounted ? 0 : WNOHANG) < 0, errno == EINTR {}
         }
-        let left = store.purgeTemporaryFolder()
-        if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
+        // Only what this run mounted: a daemon that failed to start may have lost a race
+        // with another mount of the store, whose app is running.
+        if daemon != nil {
+            let left = store.purgeTemporaryFolder()
+            if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
+        }
         Self.removeMountpoint(mountpoint)
         let denied = AuditLog.countDenials(stateFD: store.stateFD, since: since)
         if denied > 0 {
