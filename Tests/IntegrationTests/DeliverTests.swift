@@ -5,9 +5,11 @@ import Testing
 /// `containerfs deliver`: files handed over into Documents/Inbox (SPEC §6).
 @Suite("Deliver", .serialized)
 struct DeliverTests {
-    /// A file named `name` holding `contents` in a fresh folder outside any container.
-    private func hostFile(_ name: String, _ contents: String) throws -> String {
-        let folder = try makeTemporaryDirectory()
+    /// A file named `name` holding `contents` in a fresh folder outside the store (beside
+    /// it, in the container's temporary folder, so that it goes with it).
+    private func hostFile(_ container: MountedContainer, _ name: String, _ contents: String) throws -> String {
+        let folder = container.base + "/outside-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let path = folder + "/" + name
         try Data(contents.utf8).write(to: URL(fileURLWithPath: path))
         return path
@@ -17,7 +19,7 @@ struct DeliverTests {
         let container = try MountedContainer()
         var reported: [String] = []
         for version in 0..<3 {
-            let file = try hostFile("report.pdf", "version \(version)")
+            let file = try hostFile(container, "report.pdf", "version \(version)")
             let result = try containerfs(["deliver", container.store, file])
             #expect(result.status == 0, "\(result)")
             reported.append(result.stdout)
@@ -29,13 +31,13 @@ struct DeliverTests {
             #expect(try String(contentsOfFile: container.stored("Documents/Inbox/" + name), encoding: .utf8) == "version \(version)")
         }
         // A name without an extension is numbered at its end.
-        for _ in 0..<2 { try containerfs(["deliver", container.store, try hostFile("README", "r")]) }
+        for _ in 0..<2 { try containerfs(["deliver", container.store, try hostFile(container, "README", "r")]) }
         #expect(FileManager.default.fileExists(atPath: container.stored("Documents/Inbox/README-1")))
     }
 
     @Test func deliverAsNamesTheFile() throws {
         let container = try MountedContainer()
-        let file = try hostFile("scan-0001.jpg", "jpeg")
+        let file = try hostFile(container, "scan-0001.jpg", "jpeg")
         let result = try containerfs(["deliver", container.store, file, "--as", "Receipt.jpg"])
         #expect(result.status == 0, "\(result)")
         #expect(result.stdout == "delivered \(file) as Documents/Inbox/Receipt.jpg\n")
@@ -46,7 +48,7 @@ struct DeliverTests {
 
     @Test func foldersAreDeliveredWhole() throws {
         let container = try MountedContainer()
-        let folder = try makeTemporaryDirectory() + "/Album"
+        let folder = container.base + "/outside/Album"
         try FileManager.default.createDirectory(atPath: folder + "/2024/summer", withIntermediateDirectories: true)
         try Data("a".utf8).write(to: URL(fileURLWithPath: folder + "/cover.txt"))
         try Data(repeating: 7, count: 300_000).write(to: URL(fileURLWithPath: folder + "/2024/summer/beach.raw"))
@@ -66,12 +68,12 @@ struct DeliverTests {
             // must make it forget.
             #expect(errnoOf { access(inboxFile, F_OK) } == ENOENT)
             _ = try FileManager.default.contentsOfDirectory(atPath: container.mounted("Documents/Inbox"))
-            let result = try containerfs(["deliver", container.store, try hostFile("note.txt", "handed over")])
+            let result = try containerfs(["deliver", container.store, try hostFile(container, "note.txt", "handed over")])
             #expect(result.status == 0, "\(result)")
             #expect(try String(contentsOfFile: inboxFile, encoding: .utf8) == "handed over")
             #expect(try FileManager.default.contentsOfDirectory(atPath: container.mounted("Documents/Inbox")) == ["note.txt"])
             // A second delivery under the same name, while the first is cached.
-            try containerfs(["deliver", container.store, try hostFile("note.txt", "second")])
+            try containerfs(["deliver", container.store, try hostFile(container, "note.txt", "second")])
             #expect(try String(contentsOfFile: container.mounted("Documents/Inbox/note-1.txt"), encoding: .utf8) == "second")
             // The inbox's rule applies to what was delivered: read and delete, not change.
             #expect(errnoOf { open(inboxFile, O_WRONLY) } == EACCES)
@@ -81,7 +83,7 @@ struct DeliverTests {
 
     @Test func deliveryIntoAnUnmountedStore() throws {
         let container = try MountedContainer()
-        let result = try containerfs(["deliver", container.store, try hostFile("offline.txt", "while unmounted")])
+        let result = try containerfs(["deliver", container.store, try hostFile(container, "offline.txt", "while unmounted")])
         #expect(result.status == 0, "\(result)")
         #expect(try String(contentsOfFile: container.stored("Documents/Inbox/offline.txt"), encoding: .utf8) == "while unmounted")
         try container.mount()
@@ -141,10 +143,10 @@ struct DeliverTests {
         let missingFile = try containerfs(["deliver", container.store, container.base + "/no-such-file"])
         #expect(missingFile.status == 1)
         #expect(missingFile.stderr == "containerfs: cannot read \(container.base)/no-such-file: No such file or directory\n")
-        let missingStore = try containerfs(["deliver", container.base + "/no-store", try hostFile("a.txt", "a")])
+        let missingStore = try containerfs(["deliver", container.base + "/no-store", try hostFile(container, "a.txt", "a")])
         #expect(missingStore.status == 1)
         #expect(missingStore.stderr == "containerfs: no store at \(container.base)/no-store: make one with 'containerfs create \(container.base)/no-store --bundle NAME.app'\n")
-        let twoAs = try containerfs(["deliver", container.store, try hostFile("a.txt", "a"), try hostFile("b.txt", "b"), "--as", "c.txt"])
+        let twoAs = try containerfs(["deliver", container.store, try hostFile(container, "a.txt", "a"), try hostFile(container, "b.txt", "b"), "--as", "c.txt"])
         #expect(twoAs.status == 64)
         #expect(try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents/Inbox")) == [])
         // Nothing is left half-made in the state folder either.
