@@ -164,10 +164,10 @@ func makeTemporaryDirectory() throws -> String {
     return String(cString: path)
 }
 
-/// True when a containerfs mount is at `path`, by the kernel's mount table: `stat` would
+/// True when something is mounted at `path`, by the kernel's mount table: `stat` would
 /// not do, as root may not enter a user's mount and a dead mount's attributes are cached.
 func isMountPoint(_ path: String) -> Bool {
-    mountTable().contains { $0.mountpoint == path && $0.type == "fuse.containerfs" }
+    mountTable().contains { $0.mountpoint == path }
 }
 
 /// True when `path` is a containerfs mount whose daemon died: `statvfs` always asks the
