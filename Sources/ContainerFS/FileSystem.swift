@@ -121,6 +121,7 @@ final class FileSystem: @unchecked Sendable {
             else if toSet & FUSE_SET_ATTR_MTIME != 0 { times[1] = attr.st_mtim }
             if let fh { try sys { futimens(fh, &times) } }
             else { try sys { utimensat(node.fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
+            Tagging.timesSet(node, location, toSet, attr)
         }
         return try attributes(node)
     }

@@ -91,6 +91,7 @@ public final class Session {
             throw UserError("cannot read store \(store.path): \(error)")
         }
         fileSystem.writeback = options.writeback
+        Tagging.mounted(store)
 
         // Permission bits are always checked by the kernel: the daemon may run as root.
         var mountOptions = ["default_permissions", "nodev", "nosuid", "subtype=containerfs", "fsname=containerfs"]

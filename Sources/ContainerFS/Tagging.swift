@@ -1,3 +1,4 @@
+import CFuse
 import CLinux
 import ContainerPolicy
 import ContainerStore
@@ -6,39 +7,64 @@ import Synchronization
 
 /// The daemon's part of tagging (SPEC §3; `Tags` in ContainerStore says what a tag is).
 ///
-/// A tag's last use is the later of its store file's access and modification times. The
-/// daemon stamps the access time with the real-time clock (nanoseconds) when a program
-/// opens or creates a file below `Library/Caches` or `tmp`: `open` is synchronous, so uses
-/// a few milliseconds apart are ordered as the program made them. Writes move the
-/// modification time themselves. A file kept open longer than `heldLong` is stamped again
-/// when it is closed, for the reads in between; shorter uses are not, because the kernel
-/// sends `RELEASE` asynchronously and its stamp could land after a later open's. Reads
-/// and writes cost nothing more, files elsewhere one atomic load when closed. When the
-/// mount ends, `tmp/` is emptied and the tag index is written for purge.
+/// When a program opens or creates a regular file below `Library/Caches` or `tmp`, the
+/// daemon records the time (real-time clock, nanoseconds) against the file's inode in
+/// the store's `UseTable`, a shared mapping: one atomic store, no system call, nothing
+/// changed in the tree (a stamped ctime would make `tar` report the file changed as it
+/// read it). `open` is synchronous, so uses a few milliseconds apart are ordered as the
+/// program made them; writes also move the file's mtime. A file kept open longer than
+/// `heldLong` is recorded again when closed, for the reads in between; shorter uses are
+/// not, because the kernel sends `RELEASE` asynchronously and that record could land
+/// after a later open's. A program setting a tagged file's access time (`touch -a -d`)
+/// sets its last use. Files elsewhere pay one atomic load when closed. When the mount
+/// ends, `tmp/` is emptied and the tag index is written for purge.
 enum Tagging {
-    /// When each store descriptor opened on a tagged file was stamped.
+    /// The store's use table, mapped when the mount starts (before any request).
+    nonisolated(unsafe) private(set) static var uses: UseTable?
+    /// When each store descriptor opened on a tagged file was opened.
     static let handles = OpenTimes()
-    /// Nanoseconds a file must stay open to be stamped again on close.
+    /// Nanoseconds a file must stay open to be recorded again on close.
     static let heldLong: Int64 = 1_000_000_000
 
-    /// After `open`: stamps a tagged file's last use and remembers its descriptor.
+    /// Before the loop starts: maps the store's use table.
+    static func mounted(_ store: Store) {
+        uses = UseTable.openForWriting(store)
+    }
+
+    /// After `open`: records a tagged file's use and remembers its descriptor.
     @inline(__always)
     static func opened(_ opened: (fd: Int32, directIO: Bool), _ node: Inode, _ location: Location) -> (fd: Int32, directIO: Bool) {
-        if node.type == S_IFREG, isTagged(location) { use(opened.fd) }
+        if node.type == S_IFREG, isTagged(location) { use(opened.fd, node.key.number) }
         return opened
     }
 
-    /// After `create`: the new file is a use too.
+    /// After `create`: the new file is a use too (also clearing what an earlier file with
+    /// the same inode number left in the table).
     @inline(__always)
     static func created(_ fd: Int32, _ location: Location) {
-        if isTagged(location) { use(fd) }
+        guard isTagged(location) else { return }
+        var info = stat()
+        if fstat(fd, &info) == 0 { use(fd, UInt64(info.st_ino)) }
     }
 
     /// Before the descriptor of `release` is closed.
     @inline(__always)
     static func released(_ fd: Int32) {
         let openedAt = handles.take(fd)
-        if openedAt != 0 { stamp(fd, ifLaterThan: openedAt + heldLong) }
+        guard openedAt != 0 else { return }
+        let now = Purge.realtimeNanoseconds()
+        var info = stat()
+        if now > openedAt + heldLong, fstat(fd, &info) == 0 { uses?.record(inode: UInt64(info.st_ino), at: now) }
+    }
+
+    /// After `setattr`: an access time set by a program is the file's last use.
+    static func timesSet(_ node: Inode, _ location: Location, _ toSet: Int32, _ attr: stat) {
+        guard node.type == S_IFREG, isTagged(location) else { return }
+        if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
+            uses?.record(inode: node.key.number, at: Purge.realtimeNanoseconds())
+        } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
+            uses?.record(inode: node.key.number, at: Int64(attr.st_atim.tv_sec) * 1_000_000_000 + Int64(attr.st_atim.tv_nsec))
+        }
     }
 
     /// When the mount has ended (the loop is over, the kernel gone): the app no longer
@@ -53,35 +79,18 @@ enum Tagging {
         location == .inside(.cache) || location == .inside(.temporary)
     }
 
-    private static func use(_ fd: Int32) {
-        handles.set(fd, stamp(fd, ifLaterThan: 0))
-    }
-
-    /// Sets the file's access time to now if now is later than `threshold` (nanoseconds),
-    /// leaving its modification time; returns the time set, or 0. An explicit time (finer
-    /// than the kernel's clock tick) needs the owner or CAP_FOWNER; otherwise the
-    /// kernel's "now" will do.
-    @discardableResult
-    private static func stamp(_ fd: Int32, ifLaterThan threshold: Int64) -> Int64 {
-        var times = (timespec(), timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT))
-        clock_gettime(CLOCK_REALTIME, &times.0)
-        let now = Int64(times.0.tv_sec) * 1_000_000_000 + Int64(times.0.tv_nsec)
-        guard now > threshold else { return 0 }
-        let result = withUnsafePointer(to: &times) {
-            $0.withMemoryRebound(to: timespec.self, capacity: 2) { futimens(fd, $0) }
-        }
-        if result != 0, errno == EPERM {
-            times.0 = timespec(tv_sec: 0, tv_nsec: clinux_UTIME_NOW)
-            _ = withUnsafePointer(to: &times) { $0.withMemoryRebound(to: timespec.self, capacity: 2) { futimens(fd, $0) } }
-        }
-        return now
+    @inline(__always)
+    private static func use(_ fd: Int32, _ inode: UInt64) {
+        let now = Purge.realtimeNanoseconds()
+        uses?.record(inode: inode, at: now)
+        handles.set(fd, now)
     }
 }
 
 /// Per store descriptor, when it was opened on a tagged file (0: not tagged), lock-free:
 /// threads opening and closing files never wait for each other. One word per descriptor
 /// up to the descriptor limit (at most 2^20), in zero pages the kernel fills on first
-/// touch; a descriptor beyond is not remembered (its file is stamped when opened only).
+/// touch; a descriptor beyond is not remembered (its file is recorded when opened only).
 final class OpenTimes: @unchecked Sendable {
     private let slots: UnsafeMutablePointer<Atomic<Int64>>
     private let count: Int

@@ -2,21 +2,21 @@ import CLinux
 import ContainerPolicy
 import Glibc
 
-// Tags (SPEC §3). A tag is not a record kept beside the file: it *is* the store file.
+// Tags (SPEC §3). A tag is not a record kept beside the file: it is the file's place.
 //
 // - tagged: a regular file below `Library/Caches` (cache) or `tmp` (temporary) of the
 //   store. A rename into or out of those folders tags or untags the file, a folder's whole
 //   subtree with it, because the tag is where the file is, not something to update;
 // - size: the file's size;
-// - last use: the later of the store file's access and modification times, in
-//   nanoseconds. The daemon stamps the access time with the real-time clock when a
-//   program opens or creates a tagged file (and when it closes one it kept open over a
-//   second, for the reads in between); writes move the modification time. Uses a few
-//   milliseconds apart are ordered.
+// - last use: the latest of the use the daemon recorded for the file (`UseTable`: when a
+//   program opened or created it, closed it after holding it over a second, or set its
+//   times) and the file's own access and modification times, in nanoseconds. Uses a few
+//   milliseconds apart are ordered; nothing in the tree changes when a file is used.
 //
-// Nothing can be lost or invented by a crash: after `kill -9` the store holds the tags.
-// What a crash can leave stale is only the *index* below, a snapshot purge reads instead
-// of walking the stores; it says which mount it belongs to and is not trusted otherwise.
+// Nothing can be lost or invented by a crash: after `kill -9` the store holds the files,
+// and the use table lives in the page cache. What a crash can leave stale is only the
+// *index* below, a snapshot purge reads instead of walking the stores; it says which
+// mount it belongs to and is not trusted otherwise.
 
 /// What a tagged file is: a cache file or a temporary one.
 public enum TagKind: UInt8, Sendable, CaseIterable {
@@ -52,11 +52,11 @@ public struct Tag: Sendable, Equatable {
         self.inode = inode
     }
 
-    /// The tag of the regular file described by `info`.
-    init(kind: TagKind, path: [UInt8], _ info: stat) {
+    /// The tag of the regular file described by `info`, last used at `recorded` or later.
+    init(kind: TagKind, path: [UInt8], _ info: stat, recorded: Int64) {
         let access = Int64(info.st_atim.tv_sec) * 1_000_000_000 + Int64(info.st_atim.tv_nsec)
         let modification = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-        self.init(kind: kind, path: path, size: Int64(info.st_size), lastUse: max(access, modification), inode: UInt64(info.st_ino))
+        self.init(kind: kind, path: path, size: Int64(info.st_size), lastUse: max(recorded, access, modification), inode: UInt64(info.st_ino))
     }
 
     /// The path as a `ContainerPath`.
@@ -67,6 +67,7 @@ public enum Tags {
     /// Every tagged file of `kinds` in the store, by walking `Library/Caches` and `tmp`
     /// (never following a symlink, never leaving those folders).
     public static func scan(_ store: Store, kinds: [TagKind] = TagKind.allCases) -> [Tag] {
+        let uses = UseTable.openForReading(store)
         var tags: [Tag] = []
         for kind in kinds {
             let top = kind.directory.path.bytes
@@ -74,7 +75,7 @@ public enum Tags {
                 try sys { openat(store.rootFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             }) else { continue }
             StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName) { path, info in
-                tags.append(Tag(kind: kind, path: path, info))
+                tags.append(Tag(kind: kind, path: path, info, recorded: uses?.lastUse(inode: UInt64(info.st_ino)) ?? 0))
             }
         }
         return tags

@@ -51,6 +51,7 @@ struct UsageCommand: ParsableCommand {
                 let width = area.bytes == 0 ? 0 : max(1, Int(Double(area.bytes) / Double(largest) * 30))
                 line += "  " + String(repeating: "█", count: width)
             }
+            while line.hasSuffix(" ") { line.removeLast() }
             output.write(line + "\n")
         }
         output.write("  " + pad("total", 10) + pad(humanBytes(usage.totalBytes), 10, right: true)

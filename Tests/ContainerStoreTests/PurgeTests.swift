@@ -99,6 +99,25 @@ struct PurgeStoreTests {
         #expect(abs(tag.lastUse - Purge.realtimeNanoseconds()) < 5_000_000_000)
     }
 
+    @Test func theUseTableOrdersBeyondTheFilesOwnTimes() throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/a", size: 1, secondsAgo: 30)
+        try scratch.file("Library/Caches/b", size: 1, secondsAgo: 20)
+        var info = stat()
+        stat(scratch.root + "/Library/Caches/a", &info)
+        // The daemon saw `a` used a moment ago: it is now the more recent.
+        let table = try #require(UseTable.openForWriting(scratch.store))
+        table.record(inode: UInt64(info.st_ino), at: Purge.realtimeNanoseconds())
+        #expect(table.lastUse(inode: UInt64(info.st_ino)) > 0)
+        #expect(table.lastUse(inode: UInt64(info.st_ino) + 1) == 0)
+        let report = try Purge.purge([scratch.store], .init(kinds: [.cache], dryRun: true))
+        #expect(paths(report) == ["Library/Caches/b", "Library/Caches/a"])
+        // A damaged table is made anew by the daemon, and ignored by readers.
+        truncate(scratch.root + "/.containerfs/uses", 100)
+        #expect(UseTable.openForReading(scratch.store) == nil)
+        #expect(UseTable.openForWriting(scratch.store)?.lastUse(inode: UInt64(info.st_ino)) == 0)
+    }
+
     @Test func leastRecentlyUsedFirstAndFreeStopsOnceEnoughIsFreed() throws {
         let scratch = try PurgeScratch()
         try scratch.file("Library/Caches/newest", size: 1000, secondsAgo: 1)
