@@ -67,5 +67,10 @@ step "The audit log names every denial and its rule"
 
 step "Unmount"
 "$bin" unmount "$mnt"
+echo "unmounted"
+
+step "Run an unmodified program confined to the container (bubblewrap)"
+printf '$ containerfs run %s -- sh -c ...\n' "$store"
+"$bin" run "$store" -- sh -c 'echo "HOME=$HOME TMPDIR=$TMPDIR cwd=$(pwd)"; cat Documents/note.txt; ls /root 2>&1 | head -1; echo hacked >> Notes.app/Info.plist; echo "exit status of the last command: $?"' || true
 trap - EXIT
-echo "unmounted; the store is in $store"
+echo "the store is in $store"
