@@ -149,30 +149,18 @@ public final class AuditLog: @unchecked Sendable {
     /// The process (thread group) a thread belongs to, from `/proc/TID/status`; the
     /// thread's own id when that cannot be read.
     private static func processID(ofThread thread: Int32) -> Int32 {
-        var path = Array("/proc/\(thread)/status".utf8CString)
-        let fd = Glibc.open(&path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return thread }
-        defer { Glibc.close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 512)
-        let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-        guard count > 0 else { return thread }
-        for line in buffer[0..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Tgid:".utf8)) {
+        guard let status = try? readFile(at: AT_FDCWD, Array("/proc/\(thread)/status".utf8)) else { return thread }
+        for line in status.split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Tgid:".utf8)) {
             let digits = line.dropFirst(5).filter { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
             return Int32(String(decoding: digits, as: UTF8.self)) ?? thread
         }
         return thread
     }
 
-    /// The process's name from `/proc/PID/comm`: one small read, no allocation beyond the result.
+    /// The process's name from `/proc/PID/comm`, or `?` when it is gone.
     private static func processName(_ pid: Int32) -> String {
-        var path = Array("/proc/\(pid)/comm".utf8CString)
-        let fd = Glibc.open(&path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return "?" }
-        defer { Glibc.close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 32)
-        let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-        guard count > 0 else { return "?" }
-        return String(decoding: buffer[0..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+        guard let comm = try? readFile(at: AT_FDCWD, Array("/proc/\(pid)/comm".utf8)), !comm.isEmpty else { return "?" }
+        return String(decoding: comm.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
     }
 
     /// The symbolic name of the errno values the policy uses.

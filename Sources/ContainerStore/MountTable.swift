@@ -17,17 +17,7 @@ public struct MountEntry: Sendable, Equatable {
     public static func all() -> [MountEntry] {
         // Read to the end: /proc files report size 0, and Foundation's file reading stops
         // after the first page, losing mounts when there are many.
-        let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return [] }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0, errno == EINTR { continue }
-            if count <= 0 { break }
-            bytes += chunk[0..<count]
-        }
+        guard let bytes = try? readFile(at: AT_FDCWD, Array("/proc/self/mountinfo".utf8)) else { return [] }
         return String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { parse(String($0)) }
     }
 
