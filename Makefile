@@ -18,11 +18,8 @@ release: deps
 	$(SWIFT) build -c release $(BUILD_FLAGS)
 
 # Every test: the pure policy, the store, and real mounts driven by real programs.
-# A hung mount cannot be interrupted from inside swift test, hence the outer timeout
-# and the sweep of leftover mounts afterwards.
 test: build
-	timeout --kill-after=30 1200 $(SWIFT) test $(BUILD_FLAGS) --no-parallel; status=$$?; \
-	  scripts/sweep-mounts.sh; exit $$status
+	SWIFT=$(SWIFT) scripts/run-tests.sh $(BUILD_FLAGS)
 
 demo: release
 	scripts/demo.sh $(RELEASE_BIN)
