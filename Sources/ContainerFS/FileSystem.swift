@@ -236,6 +236,37 @@ final class FileSystem: @unchecked Sendable {
         }
     }
 
+    /// The passthrough backing id for a new open file of `ino` whose store descriptor is
+    /// `fd`: the node's, registered by its first open file and dropped with its last.
+    /// 0 when the daemon serves the file's reads and writes itself: passthrough off or
+    /// refused (a daemon without CAP_SYS_ADMIN), or not a regular file. Writes need no
+    /// check of their own either way: the policy was applied to the open's flags.
+    func passthrough(_ ino: fuse_ino_t, _ fd: Int32) -> Int32 {
+        guard cfuse_passthrough_active() else { return 0 }
+        let node = inodes.inode(ino)
+        guard node.type == S_IFREG else { return 0 }
+        return node.backing.withLock { backing in
+            if backing.opens == 0 {
+                let id = cfuse_backing_open(fd)
+                guard id > 0 else { return 0 }
+                backing.id = id
+            }
+            backing.opens += 1
+            return backing.id
+        }
+    }
+
+    /// A file opened with `passthrough` was closed.
+    func endPassthrough(_ ino: fuse_ino_t) {
+        inodes.inode(ino).backing.withLock { backing in
+            backing.opens -= 1
+            if backing.opens == 0 {
+                cfuse_backing_close(backing.id)
+                backing.id = 0
+            }
+        }
+    }
+
     func fallocate(_ caller: Caller, _ ino: fuse_ino_t, _ fh: Int32, _ mode: Int32, _ offset: off_t, _ length: off_t) throws(Errno) {
         let node = inodes.inode(ino)
         let location = inodes.location(of: node)

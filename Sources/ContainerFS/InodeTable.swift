@@ -19,6 +19,9 @@ final class Inode: @unchecked Sendable {
     let type: mode_t
     /// `/proc/self/fd/N` for `fd`: reopening it reaches the node itself, with no path walk.
     let procPath: [CChar]
+    /// The passthrough backing file that the node's open files share (the kernel wants
+    /// one per node), and how many of them are open.
+    let backing = Mutex<(id: Int32, opens: Int)>((0, 0))
 
     // Guarded by InodeTable.state's lock.
     /// How many times the kernel has been told of this node and not yet forgotten it.

@@ -11,6 +11,9 @@ public struct MountOptions: Sendable {
     /// Let the kernel cache writes (faster small writes; written data reaches the store
     /// only when the kernel flushes it, so a killed daemon can lose what was not fsynced).
     public var writeback = false
+    /// Let the kernel read and write open files straight from the store (FUSE passthrough,
+    /// Linux 6.9+, daemon with CAP_SYS_ADMIN); `nopassthrough` turns it off.
+    public var passthrough = true
     /// Seconds the kernel may cache names and attributes.
     public var cacheTimeout: Double = 86400
     /// Worker threads at most.
@@ -31,6 +34,7 @@ public struct MountOptions: Sendable {
             switch parts[0] {
             case "allow_other": options.allowOther = true
             case "writeback", "writeback_cache": options.writeback = true
+            case "nopassthrough": options.passthrough = false
             case "debug": options.debug = true
             case "timeout":
                 guard parts.count == 2, let seconds = Double(parts[1]), seconds >= 0 else {
@@ -117,6 +121,8 @@ public final class Session {
             fuse_session_destroy(session)
             throw UserError("cannot mount on \(mountpoint): is /dev/fuse there and fusermount3 installed? (apt-get install fuse3)")
         }
+        // The kernel refuses passthrough with the writeback cache.
+        cfuse_enable_passthrough(session, options.passthrough && !options.writeback)
         do {
             control = try ControlServer(store: store, fileSystem: fileSystem, session: session)
         } catch {

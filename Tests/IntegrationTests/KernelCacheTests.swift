@@ -17,7 +17,7 @@ struct KernelCacheTests {
         try? String(contentsOfFile: path, encoding: .utf8)
     }
 
-    @Test(arguments: [[], ["writeback"]])
+    @Test(arguments: [[], ["nopassthrough"], ["writeback"]])
     func aWriteThroughAnotherDescriptorIsSeenAtOnce(options: [String]) throws {
         try withMountedContainer(options: options) { container in
             let path = container.mounted("Documents/shared.txt")

@@ -28,4 +28,29 @@ unsigned cfuse_want(struct fuse_conn_info *conn, unsigned capabilities);
 /// Sets the connection's limits (max_write, max_readahead, time granularity).
 void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned max_readahead);
 
+// Kernel FUSE passthrough (Linux 6.9+): the reads and writes of an open file go straight
+// to the store's file, in the kernel, without a round trip to the daemon. libfuse 3.14
+// predates it, so the session's I/O goes through a custom writev that adds the two
+// fields libfuse cannot send: the passthrough flag of the INIT reply, and the backing
+// file of an OPEN or CREATE reply. The kernel grants it to a daemon with CAP_SYS_ADMIN.
+
+/// Routes the mounted session's I/O through the passthrough hooks. Passthrough is asked
+/// for in the INIT reply when `wanted` and the kernel offers it; cfuse_passthrough_active
+/// tells afterwards whether it was granted.
+int cfuse_enable_passthrough(struct fuse_session *se, bool wanted);
+
+/// Whether the kernel agreed to passthrough in INIT.
+bool cfuse_passthrough_active(void);
+
+/// Registers `fd` as a backing file; returns its id (> 0) or -errno.
+int cfuse_backing_open(int fd);
+
+/// Drops a backing id (files opened with it keep their backing file).
+void cfuse_backing_close(int backing_id);
+
+/// fuse_reply_open / fuse_reply_create, with the file's I/O passed through to `backing_id`.
+int cfuse_reply_open_backed(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
+int cfuse_reply_create_backed(fuse_req_t req, const struct fuse_entry_param *e,
+                              const struct fuse_file_info *fi, int backing_id);
+
 #endif
