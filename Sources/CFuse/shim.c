@@ -70,7 +70,7 @@ struct kernel_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define KERNEL_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 static bool passthrough_wanted;
-static int device_fd = -1;
+static _Atomic int device_fd = -1;
 static _Atomic uint64_t init_unique;         // the INIT request, when the kernel offers passthrough
 static atomic_bool passthrough_active;
 static _Thread_local int pending_backing_id; // for the reply this thread is about to send
@@ -128,6 +128,11 @@ int cfuse_enable_passthrough(struct fuse_session *se, bool wanted) {
 
 bool cfuse_passthrough_active(void) { return passthrough_active; }
 
+void cfuse_end_passthrough(void) {
+    passthrough_active = false;
+    device_fd = -1;
+}
+
 int cfuse_backing_open(int fd) {
     struct kernel_backing_map map = { .fd = fd };
     int id = ioctl(device_fd, KERNEL_DEV_IOC_BACKING_OPEN, &map);
@@ -140,7 +145,7 @@ int cfuse_backing_open(int fd) {
 
 void cfuse_backing_close(int backing_id) {
     uint32_t id = (uint32_t)backing_id;
-    ioctl(device_fd, KERNEL_DEV_IOC_BACKING_CLOSE, &id);
+    if (device_fd >= 0) ioctl(device_fd, KERNEL_DEV_IOC_BACKING_CLOSE, &id);
 }
 
 int cfuse_reply_open_backed(fuse_req_t req, const struct fuse_file_info *fi, int backing_id) {

@@ -46,26 +46,17 @@ private func handle(_ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
     Int32(truncatingIfNeeded: info!.pointee.fh)
 }
 
-/// Marks a file handle whose reads and writes the kernel passes through to the store.
-private let passedThrough: UInt64 = 1 << 32
-
-/// An open file's handle: its store descriptor, and whether the kernel passes its I/O
-/// through (then the store's own page cache serves it, and O_DIRECT reaches the store).
-/// Otherwise direct I/O bypasses the page cache, and the cache is kept across opens.
-/// No FLUSH on close either way: writes reach the store as they come, and locks are the
-/// kernel's.
+/// An open file's flags: passed through, the store's own page cache serves it (and
+/// O_DIRECT reaches the store); otherwise direct I/O bypasses the page cache, and the cache
+/// is kept across opens. No FLUSH on close either way: writes reach the store as they
+/// come, and locks are the kernel's.
 private func setHandle(_ info: UnsafeMutablePointer<fuse_file_info>?, _ fd: Int32, backed: Bool, directIO: Bool) {
-    info!.pointee.fh = UInt64(fd) | (backed ? passedThrough : 0)
+    info!.pointee.fh = UInt64(fd)
     if backed {
         cfuse_set_open_flags(info, false, false, true, false)
     } else {
         cfuse_set_open_flags(info, directIO, !directIO, true, false)
     }
-}
-
-private func closeHandle(_ fs: FileSystem, _ ino: fuse_ino_t, _ info: UnsafeMutablePointer<fuse_file_info>?) {
-    close(handle(info))
-    if info!.pointee.fh & passedThrough != 0 { fs.endPassthrough(ino) }
 }
 
 @inline(__always)
@@ -146,18 +137,18 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
-            let backing = fs.passthrough(ino, fd)
+            let backing = fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
-            if cfuse_reply_open_backed(request, info, backing) == -ENOENT { closeHandle(fs, ino, info) }
+            if cfuse_reply_open_backed(request, info, backing) == -ENOENT { close(fd) }
         }
     }
     ops.create = { request, parent, name, mode, info in
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             var (entry, fd, directIO) = try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
-            let backing = fs.passthrough(entry.ino, fd)
+            let backing = fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
-            if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { closeHandle(fs, entry.ino, info) }
+            if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { close(fd) }
         }
     }
     ops.read = { request, _, size, offset, info in
@@ -174,9 +165,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         let result = close(dup(handle(info)))
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
-    ops.release = { request, ino, info in
+    ops.release = { request, _, info in
         Tagging.released(handle(info))
-        closeHandle(fileSystem(request), ino, info)
+        close(handle(info))
         fuse_reply_err(request, 0)
     }
     ops.fsync = { request, _, dataOnly, info in

@@ -236,34 +236,24 @@ final class FileSystem: @unchecked Sendable {
         }
     }
 
-    /// The passthrough backing id for a new open file of `ino` whose store descriptor is
-    /// `fd`: the node's, registered by its first open file and dropped with its last.
-    /// 0 when the daemon serves the file's reads and writes itself: passthrough off or
-    /// refused (a daemon without CAP_SYS_ADMIN), or not a regular file. Writes need no
-    /// check of their own either way: the policy was applied to the open's flags.
-    func passthrough(_ ino: fuse_ino_t, _ fd: Int32) -> Int32 {
+    /// The passthrough backing id for an open file of `ino`, or 0 when the daemon serves
+    /// the file's reads and writes itself: passthrough off or refused (a daemon without
+    /// CAP_SYS_ADMIN), or not a regular file. Writes need no check of their own either
+    /// way: the policy was applied to the open's flags.
+    func passthrough(_ ino: fuse_ino_t) -> Int32 {
         guard cfuse_passthrough_active() else { return 0 }
         let node = inodes.inode(ino)
         guard node.type == S_IFREG else { return 0 }
-        return node.backing.withLock { backing in
-            if backing.opens == 0 {
-                let id = cfuse_backing_open(fd)
-                guard id > 0 else { return 0 }
-                backing.id = id
-            }
-            backing.opens += 1
-            return backing.id
-        }
-    }
-
-    /// A file opened with `passthrough` was closed.
-    func endPassthrough(_ ino: fuse_ino_t) {
-        inodes.inode(ino).backing.withLock { backing in
-            backing.opens -= 1
-            if backing.opens == 0 {
-                cfuse_backing_close(backing.id)
-                backing.id = 0
-            }
+        return node.backingID.withLock { id in
+            guard id == 0 else { return id }
+            // Registered read-only, whatever this open's mode: the kernel opens the store
+            // file again for each open file, with that file's own flags, so the node keeps
+            // no write access (which would make the store file busy for exec).
+            let fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { return 0 }
+            id = max(cfuse_backing_open(fd), 0)
+            Glibc.close(fd)
+            return id
         }
     }
 

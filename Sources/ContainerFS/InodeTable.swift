@@ -19,9 +19,9 @@ final class Inode: @unchecked Sendable {
     let type: mode_t
     /// `/proc/self/fd/N` for `fd`: reopening it reaches the node itself, with no path walk.
     let procPath: [CChar]
-    /// The passthrough backing file that the node's open files share (the kernel wants
-    /// one per node), and how many of them are open.
-    let backing = Mutex<(id: Int32, opens: Int)>((0, 0))
+    /// The node's passthrough backing id (0: none yet), registered by its first open and
+    /// kept until the kernel forgets the node: the kernel wants one per node.
+    let backingID = Mutex<Int32>(0)
 
     // Guarded by InodeTable.state's lock.
     /// How many times the kernel has been told of this node and not yet forgotten it.
@@ -43,7 +43,11 @@ final class Inode: @unchecked Sendable {
         self.procPath = Array("/proc/self/fd/\(fd)".utf8CString)
     }
 
-    deinit { close(fd) }
+    deinit {
+        let id = backingID.withLock { $0 }
+        if id > 0 { cfuse_backing_close(id) }
+        close(fd)
+    }
 
     var isDirectory: Bool { type == S_IFDIR }
     var isSymlink: Bool { type == S_IFLNK }

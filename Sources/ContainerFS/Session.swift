@@ -142,6 +142,7 @@ public final class Session {
         _ = fuse_session_loop_mt(session, config)
         fuse_loop_cfg_destroy(config)
         fuse_remove_signal_handlers(session)
+        cfuse_end_passthrough()
         fuse_session_unmount(session)
         fuse_session_destroy(session)
         Tagging.unmounted(fileSystem.store)

@@ -39,8 +39,11 @@ void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned 
 /// tells afterwards whether it was granted.
 int cfuse_enable_passthrough(struct fuse_session *se, bool wanted);
 
-/// Whether the kernel agreed to passthrough in INIT.
+/// Whether the kernel agreed to passthrough in INIT (and still grants backing files).
 bool cfuse_passthrough_active(void);
+
+/// Before the session is destroyed: no backing id is opened or closed after this.
+void cfuse_end_passthrough(void);
 
 /// Registers `fd` as a backing file; returns its id (> 0) or -errno.
 int cfuse_backing_open(int fd);
