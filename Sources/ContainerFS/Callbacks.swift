@@ -178,7 +178,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let directory = try fileSystem(request).opendir(ino)
             info!.pointee.fh = UInt64(UInt(bitPattern: Unmanaged.passRetained(directory).toOpaque()))
-            cfuse_set_open_flags(info, false, false, false, false)
+            // The kernel keeps listings: it drops one when the directory's mtime or
+            // version changes, and deliver and purge invalidate what they change.
+            cfuse_set_open_flags(info, false, true, false, true)
             fuse_reply_open(request, info)
         }
     }

@@ -76,5 +76,8 @@ extension FileSystem {
             }
         }
         if let node { _ = fuse_lowlevel_notify_inval_inode(session, inodes.ino(node), 0, 0) }
+        // The directory's attributes and the listing the kernel keeps (cache_readdir): the
+        // entry alone is not enough when the kernel never looked the name up.
+        _ = fuse_lowlevel_notify_inval_inode(session, inodes.ino(directory), 0, 0)
     }
 }

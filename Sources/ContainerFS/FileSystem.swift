@@ -317,7 +317,8 @@ final class FileSystem: @unchecked Sendable {
             Glibc.close(fd)
             throw error
         }
-        return DirectoryHandle(node: node, stream: stream, location: inodes.location(of: node))
+        let location = inodes.location(of: node)
+        return DirectoryHandle(node: node, stream: stream, location: location, hidesNames: layout.hidesNames(in: location))
     }
 
     /// Fills `buffer` with entries from `offset` on, as `fuse_add_direntry(_plus)` lays
@@ -342,7 +343,7 @@ final class FileSystem: @unchecked Sendable {
             let nextOffset = dirent.pointee.d_off
             let skipped = try withEntryName(dirent) { (name, bytes) throws(Errno) -> Bool in
                 let isDot = bytes.count <= 2 && bytes.allSatisfy { $0 == UInt8(ascii: ".") }
-                if !isDot, layout.child(Array(bytes), of: handle.location) == .hidden { return true }
+                if !isDot, handle.hidesNames, layout.child(Array(bytes), of: handle.location) == .hidden { return true }
                 let remaining = size - used
                 if plus {
                     var param = fuse_entry_param()
@@ -471,14 +472,17 @@ final class DirectoryHandle {
     let stream: OpaquePointer
     /// The directory's location when opened, to hide the store's own names.
     let location: Location
+    /// Whether any of its names can be hidden; most directories' cannot.
+    let hidesNames: Bool
     var offset: off_t = 0
     /// An entry read but not yet returned because the kernel's buffer was full.
     var pending: UnsafeMutablePointer<dirent>?
 
-    init(node: Inode, stream: OpaquePointer, location: Location) {
+    init(node: Inode, stream: OpaquePointer, location: Location, hidesNames: Bool) {
         self.node = node
         self.stream = stream
         self.location = location
+        self.hidesNames = hidesNames
     }
 
     deinit { closedir(stream) }

@@ -118,6 +118,16 @@ public struct ContainerLayout: Hashable, Sendable {
         }
     }
 
+    /// Whether a directory at `location` can hold a name that `child` hides: only the
+    /// root and the Caches and tmp folders can (and what is hidden itself), so a listing
+    /// of any other skips the check.
+    public func hidesNames(in location: Location) -> Bool {
+        switch location {
+        case .root, .standard(.caches), .standard(.tmp), .hidden: true
+        default: false
+        }
+    }
+
     /// The location of a whole path, classified component by component from the root.
     public func location(of path: ContainerPath) -> Location {
         path.components.reduce(Location.root) { child($1, of: $0) }

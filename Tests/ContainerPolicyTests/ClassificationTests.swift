@@ -185,6 +185,13 @@ struct ClassificationTests {
         #expect(layout.location(of: ContainerPath(bytes: cell.path)!) == cell.expected)
     }
 
+    @Test("Only a directory that hidesNames can hold a hidden name", arguments: allLocations)
+    func hidesNames(_ directory: Location) {
+        let hidden = [ContainerLayout.stateFolderName, ContainerLayout.cacheTagName, layout.bundleName, bytes("x")]
+            .filter { layout.child($0, of: directory) == .hidden }
+        #expect(layout.hidesNames(in: directory) == !hidden.isEmpty, "\(hidden)")
+    }
+
     @Test("Names are bytes: lookalikes and invalid UTF-8 are distinct", arguments: lookalikeCases)
     func lookalike(_ cell: ClassificationCase) {
         #expect(layout.location(of: ContainerPath(bytes: cell.path)!) == cell.expected)

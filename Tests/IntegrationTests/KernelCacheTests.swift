@@ -57,6 +57,26 @@ struct KernelCacheTests {
         }
     }
 
+    /// The kernel keeps listings (cache_readdir); one read before a change made outside the
+    /// mount must not be served after it, even for a name the kernel never looked up.
+    @Test func aCachedListingShowsDeliveriesAndPurges() throws {
+        try withMountedContainer { container in
+            let inbox = container.mounted("Documents/Inbox")
+            let caches = container.mounted("Library/Caches")
+            try Data("old".utf8).write(to: URL(fileURLWithPath: caches + "/old.cache"))
+            for _ in 0..<2 {
+                #expect(Purging.listing(inbox) == [])
+                #expect(Purging.listing(caches) == ["old.cache"])
+            }
+            let source = container.base + "/never-looked-up.txt"
+            try Data("new".utf8).write(to: URL(fileURLWithPath: source))
+            #expect(try containerfs(["deliver", container.store, source]).status == 0)
+            #expect(Purging.listing(inbox) == ["never-looked-up.txt"])
+            #expect(try Purging.purge([container], ["--caches", "--include-running"]).paths == ["Library/Caches/old.cache"])
+            #expect(Purging.listing(caches) == [])
+        }
+    }
+
     @Test func aNameDeliveredAgainShowsTheNewFile() throws {
         try withMountedContainer { container in
             let outside = container.base + "/outside"
