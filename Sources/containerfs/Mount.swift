@@ -12,8 +12,10 @@ struct Mount: ParsableCommand {
             Returns once the mount is ready, with the daemon in the background; -f keeps it in
             the foreground. Options (-o, comma-separated): allow_other (let other users in),
             writeback (kernel write cache: faster small writes, unsynced data lost if the daemon
-            is killed), timeout=SECONDS (kernel cache of names and attributes, default 86400),
-            threads=N (default 16), debug; others are passed to libfuse.
+            is killed; turns passthrough off), nopassthrough (file data through the daemon even
+            when it could go straight to the store), timeout=SECONDS (kernel cache of names and
+            attributes, default 86400), threads=N (default 16), debug; others are passed to
+            libfuse.
             """)
 
     @Argument(help: "The container's store.")
