@@ -89,8 +89,8 @@ static ssize_t passthrough_read(int fd, void *buf, size_t len, void *userdata) {
 static ssize_t passthrough_writev(int fd, struct iovec *iov, int count, void *userdata) {
     (void)userdata;
     const struct kernel_out_header *out = iov[0].iov_base;
-    struct iovec *payload = &iov[count - 1];
-    if (count >= 2 && out->error == 0) {
+    struct iovec *payload = &iov[count > 1 ? count - 1 : 0];
+    if (count > 1 && out->error == 0) {
         if (pending_backing_id > 0 && payload->iov_len >= sizeof(struct kernel_open_out)) {
             // The open_out is the end of both replies: alone (OPEN) or after the entry (CREATE).
             struct kernel_open_out *open = (void *)((char *)payload->iov_base + payload->iov_len - sizeof *open);
