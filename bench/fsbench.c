@@ -38,8 +38,11 @@ static void die(const char *what, const char *path) {
   exit(1);
 }
 
-static void name(char *out, size_t size, const char *dir, long i) {
-  snprintf(out, size, "%s/f%05ld", dir, i);
+/* File names are relative to DIR, the working directory: every target then walks one
+ * component per call, wherever its folder sits (a container's is two or three folders
+ * deeper than bindfs's). */
+static void name(char *out, size_t size, long i) {
+  snprintf(out, size, "f%05ld", i);
 }
 
 static void report(double seconds) {
@@ -48,9 +51,8 @@ static void report(double seconds) {
 
 static int read_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
   (void)st;
-  (void)ftw;
   if (type != FTW_F) return 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path + ftw->base, O_RDONLY | O_CLOEXEC);   /* FTW_CHDIR: relative to its folder */
   if (fd < 0) die("open", path);
   for (;;) {
     ssize_t n = read(fd, buffer, sizeof buffer);
@@ -77,11 +79,12 @@ int main(int argc, char **argv) {
   if (size > (long)sizeof buffer) size = sizeof buffer;
   memset(buffer, 'x', sizeof buffer);
   char path[4096];
+  if (strcmp(op, "readall") != 0 && chdir(dir) != 0) die("chdir", dir);
   double start = now();
 
   if (strcmp(op, "create") == 0) {
     for (long i = 0; i < n; i++) {
-      name(path, sizeof path, dir, i);
+      name(path, sizeof path, i);
       int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd < 0) die("create", path);
       if (size > 0 && write(fd, buffer, (size_t)size) != size) die("write", path);
@@ -92,13 +95,13 @@ int main(int argc, char **argv) {
   } else if (strcmp(op, "stat") == 0) {
     struct stat st;
     for (long i = 0; i < n; i++) {
-      name(path, sizeof path, dir, i);
+      name(path, sizeof path, i);
       if (stat(path, &st) != 0) die("stat", path);
       total_count++;
       total_bytes += st.st_size;
     }
   } else if (strcmp(op, "list") == 0) {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(".");
     if (!d) die("opendir", dir);
     struct dirent *entry;
     errno = 0;
@@ -110,12 +113,12 @@ int main(int argc, char **argv) {
     closedir(d);
   } else if (strcmp(op, "unlink") == 0) {
     for (long i = 0; i < n; i++) {
-      name(path, sizeof path, dir, i);
+      name(path, sizeof path, i);
       if (unlink(path) != 0) die("unlink", path);
       total_count++;
     }
   } else if (strcmp(op, "readall") == 0) {
-    if (nftw(dir, read_one, 64, FTW_PHYS) != 0) die("nftw", dir);
+    if (nftw(dir, read_one, 64, FTW_PHYS | FTW_CHDIR) != 0) die("nftw", dir);
   } else {
     fprintf(stderr, "fsbench: unknown operation %s\n", op);
     return 64;
