@@ -121,8 +121,8 @@ public final class Session {
             fuse_session_destroy(session)
             throw UserError("cannot mount on \(mountpoint): is /dev/fuse there and fusermount3 installed? (apt-get install fuse3)")
         }
-        // The kernel refuses passthrough with the writeback cache.
-        cfuse_enable_passthrough(session, options.passthrough && !options.writeback)
+        // Asked for in INIT unless the writeback cache was taken (CFuse checks the reply).
+        cfuse_enable_passthrough(session, options.passthrough)
         do {
             control = try ControlServer(store: store, fileSystem: fileSystem, session: session)
         } catch {
