@@ -278,7 +278,10 @@ struct RunTests {
         for (program, expectedStatus) in [("python3 Documents/interrupt.py", Int32(0)), ("sh -c 'touch Documents/ready; exec sleep 30'", 130)] {
             unlink(container.stored("Documents/ready"))
             let keyboard = Pipe()
-            let terminal = try BackgroundProgram(["/usr/bin/script", "-qfec", "\(containerfsBinary) run \(container.store) -- \(program)", "/dev/null"], stdinPipe: keyboard)
+            // script(1) starts its command with `$SHELL -c`. `exec`, because dash (CI's /bin/sh
+            // when SHELL is unset) would otherwise wait in the foreground group and, on Ctrl-C,
+            // end itself with SIGINT after `run` returns, whatever the program did with it.
+            let terminal = try BackgroundProgram(["/usr/bin/script", "-qfec", "exec \(containerfsBinary) run \(container.store) -- \(program)", "/dev/null"], stdinPipe: keyboard)
             #expect(waitForFile(container.stored("Documents/ready")), "the program never started")
             keyboard.fileHandleForWriting.write(Data([0x03]))
             let result = terminal.wait(seconds: 30)
