@@ -12,11 +12,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
-        // libfuse3, and the few shims Swift cannot express (macros, bit-fields).
+        // libfuse3, the few shims Swift cannot express (macros, bit-fields), and the kernel
+        // features libfuse 3.14 lacks (passthrough, FUSE over io_uring with liburing).
         .target(
             name: "CFuse",
             cSettings: [.define("_GNU_SOURCE")],
-            linkerSettings: [.linkedLibrary("fuse3"), .linkedLibrary("pthread")]
+            linkerSettings: [.linkedLibrary("fuse3"), .linkedLibrary("uring"), .linkedLibrary("pthread")]
         ),
         // Linux calls that Glibc's Swift module does not export (openat2, renameat2, O_PATH).
         .target(name: "CLinux", cSettings: [.define("_GNU_SOURCE")]),

@@ -3,7 +3,7 @@
 # already. Run as root (CI and the developers' machines are); otherwise through sudo.
 set -euo pipefail
 
-packages=(libfuse3-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 tar libarchive-dev)
+packages=(libfuse3-dev liburing-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 tar libarchive-dev)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine); fi
 
 missing=()

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE   // splice
 #endif
 #include "CFuse.h"
+#include "kernel_abi.h"
+#include "ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +17,8 @@ int cfuse_reply_fd_data(fuse_req_t req, int fd, off_t offset, size_t size) {
     buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
     buf.buf[0].fd = fd;
     buf.buf[0].pos = offset;
-    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+    // A ring's reply is copied to the ring: spliced, it would go to /dev/fuse.
+    return fuse_reply_data(req, &buf, ring_serving() ? FUSE_BUF_NO_SPLICE : FUSE_BUF_SPLICE_MOVE);
 }
 
 void cfuse_set_open_flags(struct fuse_file_info *fi, bool direct_io, bool keep_cache, bool noflush, bool cache_readdir) {
@@ -44,91 +47,100 @@ void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned 
     conn->time_gran = 1;
 }
 
-// MARK: Passthrough
+// MARK: Kernel features libfuse 3.14 lacks: passthrough and FUSE over io_uring
 
-// The kernel ABI of protocol 7.40, which Debian 12's linux/fuse.h (7.38) lacks.
-enum {
-    KERNEL_FUSE_INIT = 26,
-    KERNEL_INIT_EXT = 1u << 30,             // flags: flags2 is valid
-    KERNEL_WRITEBACK_CACHE = 1u << 16,      // flags
-    KERNEL_PASSTHROUGH_FLAGS2 = 1u << 5,    // FUSE_PASSTHROUGH, 1ULL << 37, in flags2
-    KERNEL_FOPEN_PASSTHROUGH = 1u << 7,
-};
-struct kernel_in_header { uint32_t len, opcode; uint64_t unique, nodeid; uint32_t uid, gid, pid; uint16_t extlen, padding; };
-struct kernel_out_header { uint32_t len; int32_t error; uint64_t unique; };
-struct kernel_init_in { uint32_t major, minor, max_readahead, flags, flags2; };
-struct kernel_init_out {
-    uint32_t major, minor, max_readahead, flags;
-    uint16_t max_background, congestion_threshold;
-    uint32_t max_write, time_gran;
-    uint16_t max_pages, map_alignment;
-    uint32_t flags2, max_stack_depth;
-};
-struct kernel_open_out { uint64_t fh; uint32_t open_flags; int32_t backing_id; };
-struct kernel_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
-#define KERNEL_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct kernel_backing_map)
-#define KERNEL_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
-
-static bool passthrough_wanted;
+static bool passthrough_wanted, uring_wanted;
 static _Atomic int device_fd = -1;
-static _Atomic uint64_t init_unique;         // the INIT request, when the kernel offers passthrough
-static atomic_bool passthrough_active;
+static struct fuse_session *session;
+static _Atomic uint64_t init_unique;         // the INIT request
+static _Atomic uint32_t init_offered;        // its flags2, when flags2 is valid
+static atomic_bool passthrough_active, uring_accepted;
 static _Thread_local int pending_backing_id; // for the reply this thread is about to send
 
-static ssize_t passthrough_read(int fd, void *buf, size_t len, void *userdata) {
+static ssize_t session_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
     ssize_t count = read(fd, buf, len);
     const struct kernel_in_header *in = buf;
     if (count >= (ssize_t)(sizeof *in + sizeof(struct kernel_init_in)) && in->opcode == KERNEL_FUSE_INIT) {
         const struct kernel_init_in *init = (const void *)(in + 1);
-        if ((init->flags & KERNEL_INIT_EXT) && (init->flags2 & KERNEL_PASSTHROUGH_FLAGS2)) init_unique = in->unique;
+        init_offered = (init->flags & KERNEL_INIT_EXT) ? init->flags2 : 0;
+        init_unique = in->unique;
     }
     return count;
 }
 
-static ssize_t passthrough_writev(int fd, struct iovec *iov, int count, void *userdata) {
+/// Adds to the INIT reply what we want of what the kernel offered.
+static void patch_init_reply(struct kernel_init_out *init) {
+    uint32_t offered = init_offered;
+    // The kernel refuses passthrough together with the writeback cache.
+    if (passthrough_wanted && (offered & KERNEL_PASSTHROUGH_FLAGS2) && !(init->flags & KERNEL_WRITEBACK_CACHE)) {
+        init->flags |= KERNEL_INIT_EXT;
+        init->flags2 |= KERNEL_PASSTHROUGH_FLAGS2;
+        init->max_stack_depth = 1;   // the store is a plain filesystem
+        passthrough_active = true;
+    }
+    if (uring_wanted && (offered & KERNEL_OVER_IO_URING_FLAGS2) && ring_possible()) {
+        init->flags |= KERNEL_INIT_EXT;
+        init->flags2 |= KERNEL_OVER_IO_URING_FLAGS2;
+        uring_accepted = true;
+    }
+}
+
+/// The largest request or reply body the kernel puts in a ring entry's payload.
+static size_t ring_payload_size(const struct kernel_init_out *init) {
+    size_t size = init->max_write > KERNEL_MIN_READ_BUFFER ? init->max_write : KERNEL_MIN_READ_BUFFER;
+    size_t pages = (size_t)init->max_pages * 4096;
+    return pages > size ? pages : size;
+}
+
+static ssize_t session_writev(int fd, struct iovec *iov, int count, void *userdata) {
     (void)userdata;
     const struct kernel_out_header *out = iov[0].iov_base;
     struct iovec *payload = &iov[count > 1 ? count - 1 : 0];
+    struct kernel_init_out *init = NULL;
     if (count > 1 && out->error == 0) {
         if (pending_backing_id > 0 && payload->iov_len >= sizeof(struct kernel_open_out)) {
             // The open_out is the end of both replies: alone (OPEN) or after the entry (CREATE).
             struct kernel_open_out *open = (void *)((char *)payload->iov_base + payload->iov_len - sizeof *open);
             open->open_flags |= KERNEL_FOPEN_PASSTHROUGH;
             open->backing_id = pending_backing_id;
-        } else if (passthrough_wanted && out->unique == init_unique && init_unique != 0
-                   && payload->iov_len >= sizeof(struct kernel_init_out)) {
-            struct kernel_init_out *init = payload->iov_base;
-            // The kernel refuses passthrough together with the writeback cache.
-            if (!(init->flags & KERNEL_WRITEBACK_CACHE)) {
-                init->flags |= KERNEL_INIT_EXT;
-                init->flags2 |= KERNEL_PASSTHROUGH_FLAGS2;
-                init->max_stack_depth = 1;   // the store is a plain filesystem
-                passthrough_active = true;
-            }
+        } else if (out->unique == init_unique && init_unique != 0 && payload->iov_len >= sizeof(struct kernel_init_out)) {
+            init = payload->iov_base;
+            patch_init_reply(init);
         }
     }
-    return writev(fd, iov, count);
+    if (ring_take_reply(iov, count)) return (ssize_t)out->len;
+    ssize_t written = writev(fd, iov, count);
+    // The kernel has taken the INIT reply: the rings can register now.
+    if (init != NULL && written > 0 && uring_accepted) ring_start(session, device_fd, ring_payload_size(init));
+    return written;
 }
 
-static ssize_t passthrough_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
-                                       unsigned flags, void *userdata) {
+static ssize_t session_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                                   unsigned flags, void *userdata) {
     (void)userdata;
     return splice(fdin, offin, fdout, offout, len, flags);
 }
 
-int cfuse_enable_passthrough(struct fuse_session *se, bool wanted) {
+int cfuse_use_kernel_features(struct fuse_session *se, bool passthrough, bool uring) {
     static const struct fuse_custom_io io = {
-        .writev = passthrough_writev, .read = passthrough_read, .splice_send = passthrough_splice_send,
+        .writev = session_writev, .read = session_read, .splice_send = session_splice_send,
     };
-    passthrough_wanted = wanted;
+    passthrough_wanted = passthrough;
+    uring_wanted = uring;
+    session = se;
     device_fd = fuse_session_fd(se);
     return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }
 
 bool cfuse_passthrough_active(void) { return passthrough_active; }
 
-void cfuse_end_passthrough(void) {
+bool cfuse_uring_active(void) { return uring_accepted; }
+
+unsigned long cfuse_uring_requests(void) { return ring_requests_served(); }
+
+void cfuse_end_kernel_features(void) {
+    ring_stop();
     passthrough_active = false;
     device_fd = -1;
 }

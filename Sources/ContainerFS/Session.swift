@@ -14,6 +14,8 @@ public struct MountOptions: Sendable {
     /// Let the kernel read and write open files straight from the store (FUSE passthrough,
     /// Linux 6.9+, daemon with CAP_SYS_ADMIN); `nopassthrough` turns it off.
     public var passthrough = true
+    /// Whether requests come through one io_uring per CPU instead of /dev/fuse.
+    public var uring = Uring.whenOffered
     /// Seconds the kernel may cache names and attributes.
     public var cacheTimeout: Double = 86400
     /// Worker threads at most.
@@ -25,6 +27,17 @@ public struct MountOptions: Sendable {
 
     public init() {}
 
+    /// FUSE over io_uring (Linux 6.14+): the kernel offers it only while the fuse module's
+    /// `enable_uring` parameter is on, a switch for the whole machine that is off by default.
+    public enum Uring: Sendable {
+        /// Requests through /dev/fuse (`nouring`).
+        case off
+        /// Through io_uring if the kernel offers it and the daemon runs as root (the default).
+        case whenOffered
+        /// As `whenOffered`, turning the kernel's switch on if needed (`uring`, root only).
+        case on
+    }
+
     /// Parses `-o a,b=c` options. mount(8) and fstab words that mean nothing to a FUSE
     /// daemon are accepted and ignored; anything unknown is a usage error.
     public static func parse(_ text: [String]) throws(UserError) -> MountOptions {
@@ -35,6 +48,8 @@ public struct MountOptions: Sendable {
             case "allow_other": options.allowOther = true
             case "writeback", "writeback_cache": options.writeback = true
             case "nopassthrough": options.passthrough = false
+            case "uring": options.uring = .on
+            case "nouring": options.uring = .off
             case "debug": options.debug = true
             case "timeout":
                 guard parts.count == 2, let seconds = Double(parts[1]), seconds >= 0 else {
@@ -95,6 +110,7 @@ public final class Session {
             throw UserError("cannot read store \(store.path): \(error)")
         }
         fileSystem.writeback = options.writeback
+        if options.uring == .on { try Self.switchOnKernelUring() }
         Tagging.mounted(store)
 
         // Permission bits are always checked by the kernel: the daemon may run as root.
@@ -121,14 +137,39 @@ public final class Session {
             fuse_session_destroy(session)
             throw UserError("cannot mount on \(mountpoint): is /dev/fuse there and fusermount3 installed? (apt-get install fuse3)")
         }
-        // Asked for in INIT unless the writeback cache was taken (CFuse checks the reply).
-        cfuse_enable_passthrough(session, options.passthrough)
+        // Asked for in INIT when the kernel offers them; passthrough not with the writeback
+        // cache (CFuse checks the reply).
+        cfuse_use_kernel_features(session, options.passthrough, options.uring != .off)
         do {
             control = try ControlServer(store: store, fileSystem: fileSystem, session: session)
         } catch {
             fuse_session_unmount(session)
             fuse_session_destroy(session)
             throw UserError("cannot open the control socket in \(store.statePath): \(error)")
+        }
+    }
+
+    static let kernelUringSwitch = "/sys/module/fuse/parameters/enable_uring"
+
+    /// Turns on the kernel's FUSE over io_uring (it stays on until reboot; it only lets
+    /// FUSE daemons that ask for io_uring use it).
+    static func switchOnKernelUring() throws(UserError) {
+        guard geteuid() == 0 else {
+            throw UserError("FUSE over io_uring is for a daemon running as root: mount as root, or without -o uring")
+        }
+        let fd = open(kernelUringSwitch, O_RDWR | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT {
+                throw UserError("this kernel has no FUSE over io_uring (Linux 6.14+ built with CONFIG_FUSE_IO_URING): mount without -o uring")
+            }
+            throw UserError("cannot turn on FUSE over io_uring (\(Errno.current)): as root, echo Y > \(kernelUringSwitch), or mount without -o uring")
+        }
+        defer { close(fd) }
+        var state: UInt8 = 0
+        if read(fd, &state, 1) == 1, state == UInt8(ascii: "Y") { return }
+        var on = UInt8(ascii: "Y")
+        if pwrite(fd, &on, 1, 0) != 1 {
+            throw UserError("cannot turn on FUSE over io_uring (\(Errno.current)): as root, echo Y > \(kernelUringSwitch), or mount without -o uring")
         }
     }
 
@@ -142,7 +183,11 @@ public final class Session {
         _ = fuse_session_loop_mt(session, config)
         fuse_loop_cfg_destroy(config)
         fuse_remove_signal_handlers(session)
-        cfuse_end_passthrough()
+        cfuse_end_kernel_features()
+        if options.debug, cfuse_uring_active() {
+            let line = "containerfs: \(cfuse_uring_requests()) requests served through io_uring\n"
+            _ = line.withCString { write(2, $0, strlen($0)) }
+        }
         fuse_session_unmount(session)
         fuse_session_destroy(session)
         Tagging.unmounted(fileSystem.store)

@@ -166,6 +166,26 @@ func makeTemporaryDirectory() throws -> String {
 
 /// True when something is mounted at `path`, by the kernel's mount table: `stat` would
 /// not do, as root may not enter a user's mount and a dead mount's attributes are cached.
+/// Mounts a new container with `containerfs mount -f -o OPTIONS`, runs `body`, unmounts,
+/// and returns what the daemon wrote to stderr.
+func foregroundDaemonLog(_ options: String, _ body: (MountedContainer) throws -> Void) throws -> String {
+    let container = try MountedContainer()
+    let daemon = try BackgroundProgram([containerfsBinary, "mount", container.store, container.mountpoint, "-f", "-o", options])
+    let deadline = Date().addingTimeInterval(10)
+    while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
+    guard isMountPoint(container.mountpoint) else {
+        throw TestFailure("the daemon did not mount: \(daemon.wait(seconds: 1))")
+    }
+    do {
+        try body(container)
+    } catch {
+        container.unmount()
+        throw error
+    }
+    container.unmount()
+    return daemon.wait(seconds: 10).stderr
+}
+
 func isMountPoint(_ path: String) -> Bool {
     mountTable().contains { $0.mountpoint == path }
 }

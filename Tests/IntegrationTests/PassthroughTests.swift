@@ -7,26 +7,11 @@ import Testing
 /// decides every open.
 @Suite("Passthrough", .serialized)
 struct PassthroughTests {
-    /// Mounts in the foreground with libfuse's request log, runs `body`, unmounts, and
-    /// returns how many requests of each kind the daemon received.
+    /// Mounts with libfuse's request log, runs `body`, unmounts, and returns how many
+    /// requests of each kind the daemon received.
     private func requestCounts(_ options: String, _ body: (MountedContainer) throws -> Void) throws -> [String: Int] {
-        let container = try MountedContainer()
-        let daemon = try BackgroundProgram([containerfsBinary, "mount", container.store, container.mountpoint, "-f", "-o", options])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        guard isMountPoint(container.mountpoint) else {
-            throw TestFailure("the daemon did not mount: \(daemon.wait(seconds: 1))")
-        }
-        do {
-            try body(container)
-        } catch {
-            container.unmount()
-            throw error
-        }
-        container.unmount()
-        let log = daemon.wait(seconds: 10).stderr
         var counts: [String: Int] = [:]
-        for line in log.split(separator: "\n") {
+        for line in try foregroundDaemonLog(options, body).split(separator: "\n") {
             guard let range = line.range(of: "opcode: ") else { continue }
             counts[String(line[range.upperBound...].prefix { $0 != " " }), default: 0] += 1
         }

@@ -28,22 +28,32 @@ unsigned cfuse_want(struct fuse_conn_info *conn, unsigned capabilities);
 /// Sets the connection's limits (max_write, max_readahead, time granularity).
 void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned max_readahead);
 
-// Kernel FUSE passthrough (Linux 6.9+): the reads and writes of an open file go straight
-// to the store's file, in the kernel, without a round trip to the daemon. libfuse 3.14
-// predates it, so the session's I/O goes through a custom writev that adds the two
-// fields libfuse cannot send: the passthrough flag of the INIT reply, and the backing
-// file of an OPEN or CREATE reply. The kernel grants it to a daemon with CAP_SYS_ADMIN.
+// Kernel features libfuse 3.14 predates, added by routing the session's I/O through a
+// custom read and writev (fuse_session_custom_io):
+// - FUSE passthrough (Linux 6.9+): the reads and writes of an open file go straight to the
+//   store's file, in the kernel, without a round trip to the daemon. The writev adds the
+//   passthrough flag to the INIT reply and the backing file to OPEN and CREATE replies.
+//   The kernel grants it to a daemon with CAP_SYS_ADMIN.
+// - FUSE over io_uring (Linux 6.14+, when the fuse module's enable_uring is on, for a
+//   daemon running as root): requests come through one ring per CPU instead of /dev/fuse
+//   (see ring.h).
 
-/// Routes the mounted session's I/O through the passthrough hooks. Passthrough is asked
-/// for in the INIT reply when `wanted` and the kernel offers it; cfuse_passthrough_active
-/// tells afterwards whether it was granted.
-int cfuse_enable_passthrough(struct fuse_session *se, bool wanted);
+/// Routes the mounted session's I/O through the hooks. Each feature is asked for in the
+/// INIT reply when wanted and offered by the kernel.
+int cfuse_use_kernel_features(struct fuse_session *se, bool passthrough, bool uring);
 
 /// Whether the kernel agreed to passthrough in INIT (and still grants backing files).
 bool cfuse_passthrough_active(void);
 
-/// Before the session is destroyed: no backing id is opened or closed after this.
-void cfuse_end_passthrough(void);
+/// Whether INIT accepted FUSE over io_uring.
+bool cfuse_uring_active(void);
+
+/// Requests served through io_uring so far.
+unsigned long cfuse_uring_requests(void);
+
+/// Once the loop has ended, before the session is destroyed: stops the rings; no backing
+/// id is opened or closed after this.
+void cfuse_end_kernel_features(void);
 
 /// Registers `fd` as a backing file; returns its id (> 0) or -errno.
 int cfuse_backing_open(int fd);
