@@ -303,14 +303,14 @@ class Bindfs(Target):
 
 
 class ContainerfsMount:
-    """One store, mounted once, shared by the Documents and Library/Caches targets."""
+    """One store, mounted once, shared by the targets in its areas."""
 
-    def __init__(self, root, binary, options):
+    def __init__(self, root, binary, name, options):
         self.root = root
         self.binary = binary
         self.options = options
-        self.store = os.path.join(root, "cfs-store")
-        self.mountpoint = os.path.join(root, "cfs-mnt")
+        self.store = os.path.join(root, f"{name}-store")
+        self.mountpoint = os.path.join(root, f"{name}-mnt")
         self.state = None   # None: not tried; True: mounted; str: the failure
         self.daemons = []
 
@@ -327,7 +327,7 @@ class ContainerfsMount:
     def _mount(self):
         if not self.binary or not os.access(self.binary, os.X_OK):
             raise BenchError(f"no containerfs binary at {self.binary} (make release)")
-        bundle = os.path.join(self.root, "bundle", "Bench.app")
+        bundle = os.path.join(self.root, os.path.basename(self.store) + "-bundle", "Bench.app")
         os.makedirs(bundle)
         with open(os.path.join(bundle, "Info.plist"), "w") as f:
             f.write('<?xml version="1.0" encoding="UTF-8"?>\n<plist version="1.0"><dict>'
@@ -717,8 +717,8 @@ def main():
                         help="small sizes and 1 run, for development (also BENCH_QUICK=1)")
     parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", "0")),
                         help="runs per figure (default 3, quick 1; also BENCH_RUNS)")
-    parser.add_argument("--targets", default=os.environ.get("BENCH_TARGETS", "native,bindfs,cfs-documents,cfs-caches"),
-                        help="comma-separated subset of native,bindfs,cfs-documents,cfs-caches")
+    parser.add_argument("--targets", default=os.environ.get("BENCH_TARGETS", "native,bindfs,cfs-documents,cfs-caches,cfs-uring"),
+                        help="comma-separated subset of native,bindfs,cfs-documents,cfs-caches,cfs-uring")
     parser.add_argument("--root", default=os.environ.get("BENCH_ROOT", "/var/tmp/cfs-bench"),
                         help="scratch folder on the disk under test (emptied first)")
     parser.add_argument("--output", default=os.environ.get("BENCH_OUTPUT"),
@@ -757,9 +757,16 @@ def main():
     log(f"bench: tarball {tarball['files']} files, {tarball['bytes'] / 1e6:.1f} MB")
 
     every = {"native": lambda: Native(root), "bindfs": lambda: Bindfs(root)}
-    mount = ContainerfsMount(root, binary, args.options)
-    every["cfs-documents"] = lambda: Containerfs(mount, "Documents", "containerfs-documents", "containerfs Documents")
-    every["cfs-caches"] = lambda: Containerfs(mount, "Library/Caches", "containerfs-caches", "containerfs Library/Caches")
+    # Requests through /dev/fuse (the kernel's default), and through io_uring: -o uring
+    # turns the kernel's machine-wide switch on, put back as it was at the end.
+    extra = "," + args.options if args.options else ""
+    device = ContainerfsMount(root, binary, "cfs", "nouring" + extra)
+    rings = ContainerfsMount(root, binary, "cfs-uring", "uring" + extra)
+    every["cfs-documents"] = lambda: Containerfs(device, "Documents", "containerfs-documents", "containerfs Documents")
+    every["cfs-caches"] = lambda: Containerfs(device, "Library/Caches", "containerfs-caches", "containerfs Library/Caches")
+    every["cfs-uring"] = lambda: Containerfs(rings, "Documents", "containerfs-uring", "containerfs Documents io_uring")
+    uring_switch = "/sys/module/fuse/parameters/enable_uring"
+    uring_before = open(uring_switch).read() if os.path.exists(uring_switch) else None
     wanted = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in every]
     if unknown or "native" not in wanted:
@@ -833,6 +840,9 @@ def main():
         left = mounts_under(root)
         if left:
             log(f"bench: WARNING: still mounted: {', '.join(left)}")
+        if uring_before is not None:
+            with open(uring_switch, "w") as f:
+                f.write(uring_before)
 
     for target in targets:
         for key, _, _, _ in workloads(cfg):

@@ -198,6 +198,7 @@ static void *serve_queue(void *argument) {
         }
         io_uring_cq_advance(&queue->ring, seen);
     }
+    io_uring_submit(&queue->ring);   // the replies of requests served along with the stop
     io_uring_queue_exit(&queue->ring);
     return NULL;
 }

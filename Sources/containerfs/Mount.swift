@@ -13,7 +13,9 @@ struct Mount: ParsableCommand {
             the foreground. Options (-o, comma-separated): allow_other (let other users in),
             writeback (kernel write cache: faster small writes, unsynced data lost if the daemon
             is killed; turns passthrough off), nopassthrough (file data through the daemon even
-            when it could go straight to the store), timeout=SECONDS (kernel cache of names and
+            when it could go straight to the store), uring (turn on the kernel's FUSE over
+            io_uring, root: requests served on the caller's CPU; used by default when already
+            on), nouring (requests through /dev/fuse), timeout=SECONDS (kernel cache of names and
             attributes, default 86400), threads=N (default 16), debug; others are passed to
             libfuse.
             """)
