@@ -89,7 +89,7 @@ static void patch_init_reply(struct kernel_init_out *init) {
 /// The largest request or reply body the kernel puts in a ring entry's payload.
 static size_t ring_payload_size(const struct kernel_init_out *init) {
     size_t size = init->max_write > KERNEL_MIN_READ_BUFFER ? init->max_write : KERNEL_MIN_READ_BUFFER;
-    size_t pages = (size_t)init->max_pages * 4096;
+    size_t pages = (size_t)init->max_pages * (size_t)sysconf(_SC_PAGESIZE);
     return pages > size ? pages : size;
 }
 

@@ -158,18 +158,15 @@ public final class Session {
             throw UserError("FUSE over io_uring is for a daemon running as root: mount as root, or without -o uring")
         }
         let fd = open(kernelUringSwitch, O_RDWR | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT {
-                throw UserError("this kernel has no FUSE over io_uring (Linux 6.14+ built with CONFIG_FUSE_IO_URING): mount without -o uring")
-            }
-            throw UserError("cannot turn on FUSE over io_uring (\(Errno.current)): as root, echo Y > \(kernelUringSwitch), or mount without -o uring")
+        if fd < 0, errno == ENOENT {
+            throw UserError("this kernel has no FUSE over io_uring (Linux 6.14+ built with CONFIG_FUSE_IO_URING): mount without -o uring")
         }
-        defer { close(fd) }
+        defer { if fd >= 0 { close(fd) } }
         var state: UInt8 = 0
-        if read(fd, &state, 1) == 1, state == UInt8(ascii: "Y") { return }
+        if fd >= 0, read(fd, &state, 1) == 1, state == UInt8(ascii: "Y") { return }
         var on = UInt8(ascii: "Y")
-        if pwrite(fd, &on, 1, 0) != 1 {
-            throw UserError("cannot turn on FUSE over io_uring (\(Errno.current)): as root, echo Y > \(kernelUringSwitch), or mount without -o uring")
+        if fd < 0 || pwrite(fd, &on, 1, 0) != 1 {
+            throw UserError("cannot turn on FUSE over io_uring (\(Errno.current)): echo Y > \(kernelUringSwitch), or mount without -o uring")
         }
     }
 

@@ -75,6 +75,16 @@ struct UringTests {
         }
     }
 
+    /// Only root can lift a thread out of SCHED_IDLE, so an ordinary user's daemon stays on
+    /// /dev/fuse, and `-o uring` tells that user so in one line.
+    @Test func anOrdinaryUsersDaemonIsRefusedTheUringOption() throws {
+        let container = try MountedContainer(user: "cfs-alice")
+        let result = try containerfs(["mount", container.store, container.mountpoint, "-o", "uring"], user: "cfs-alice")
+        #expect(result.status != 0, "\(result)")
+        #expect(result.stderr == "containerfs: FUSE over io_uring is for a daemon running as root: mount as root, or without -o uring\n")
+        #expect(!isMountPoint(container.mountpoint))
+    }
+
     /// The ring threads run under SCHED_IDLE, pinned to their CPU: a busy loop on the
     /// caller's CPU must not starve them (a starved queue waits seconds per request).
     @Test func aBusyLoopOnTheCallersCPUDoesNotStallRequests() throws {
