@@ -12,7 +12,7 @@ status=${PIPESTATUS[0]}
 # The kernel's switch is machine-wide (off by default); it is put back as it was. Without
 # it the Uring suite above has already failed, saying so.
 switch=/sys/module/fuse/parameters/enable_uring
-ring_suites='AttackTests|CrashTests|DeliverTests|DifferentialTests|InboxTests|KernelCacheTests|NameTests|PassthroughTests|PolicyThroughMountTests|ProgramTests|PurgeTests|SmokeTests|TagTests'
+ring_suites='AttackTests|CrashTests|DeliverTests|DifferentialTests|InboxTests|KernelCacheTests|NameTests|PassthroughTests|PolicyThroughMountTests|ProgramTests|PurgeTests|RunTests|SmokeTests|TagTests|UserTests'
 if [[ "$status" -eq 0 && -w "$switch" ]]; then
   before=$(cat "$switch")
   trap 'echo "$before" > "$switch"' EXIT
