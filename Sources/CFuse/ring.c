@@ -17,7 +17,10 @@
 #include <unistd.h>
 
 enum {
-    RING_DEPTH = 4,          // entries per queue: requests waiting while one is served
+    // Servers per CPU queue. Each has one ring entry, so the kernel hands a request only
+    // to an idle server, and a slow request (an fsync) holds up no other: with a single
+    // server per CPU, a getxattr beside an fsync loop on the same CPU took 210 µs.
+    RING_SERVERS_PER_QUEUE = 4,
     RING_HEADROOM = 4096,    // before the payload: room to put the headers back in front
 };
 
@@ -29,22 +32,23 @@ struct ring_entry {
     bool replied;
 };
 
-struct ring_queue {
+/// A thread serving one queue (the requests from one CPU) through its own io_uring.
+struct ring_server {
     uint16_t qid;
     pthread_t thread;
     _Atomic pid_t tid;
     uint64_t run_delay;      // nanoseconds spent runnable but not running, at the guard's last look
     int boost_ticks;         // guard ticks left under the normal policy
     struct io_uring ring;
-    struct ring_entry entries[RING_DEPTH];
+    struct ring_entry entry;
 };
 
 static struct fuse_session *ring_session;
 static int ring_device_fd = -1;
 static size_t ring_payload_size;
-static _Atomic int ring_queue_count;
-static struct ring_queue *ring_queues;
-static int ring_stop_fd = -1;                     // eventfd (semaphore): one count stops one queue
+static _Atomic int server_count;
+static struct ring_server *servers;
+static int ring_stop_fd = -1;                     // eventfd (semaphore): one count stops one server
 static pthread_t guard_thread;
 static atomic_bool stopping;
 static atomic_ulong served;                       // requests served from a ring, for -o debug
@@ -52,8 +56,9 @@ static _Thread_local struct ring_entry *serving;  // the entry whose request thi
 
 static char *payload_of(struct ring_entry *entry) { return entry->buffer + RING_HEADROOM; }
 
-static void prepare_command(struct ring_queue *queue, struct ring_entry *entry, uint32_t command, uint64_t commit_id) {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&queue->ring);   // the SQ holds every entry
+static void prepare_command(struct ring_server *server, uint32_t command, uint64_t commit_id) {
+    struct ring_entry *entry = &server->entry;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&server->ring);   // never full: one command at a time
     memset(sqe, 0, 128);
     sqe->opcode = IORING_OP_URING_CMD;
     sqe->fd = ring_device_fd;
@@ -61,7 +66,7 @@ static void prepare_command(struct ring_queue *queue, struct ring_entry *entry, 
     sqe->addr = (uintptr_t)entry->iov;
     sqe->len = 2;
     struct kernel_uring_cmd_req *request = (void *)sqe->cmd;
-    request->qid = queue->qid;
+    request->qid = server->qid;
     request->commit_id = commit_id;
     io_uring_sqe_set_data(sqe, entry);
 }
@@ -74,7 +79,8 @@ static void reply_error(struct ring_entry *entry, uint64_t unique, int error) {
 
 /// Serves the request in `entry`: the kernel split it into header, opcode header and
 /// payload; put back together in front of the payload, it is what /dev/fuse delivers.
-static void serve(struct ring_queue *queue, struct ring_entry *entry) {
+static void serve_request(struct ring_server *server) {
+    struct ring_entry *entry = &server->entry;
     struct kernel_in_header in;
     memcpy(&in, entry->header.in_out, sizeof in);
     uint32_t payload_size = entry->header.ring_ent_in_out.payload_sz;
@@ -95,7 +101,7 @@ static void serve(struct ring_queue *queue, struct ring_entry *entry) {
         // Every callback replies before it returns; a request left unanswered would hang.
         if (!entry->replied) reply_error(entry, in.unique, EIO);
     }
-    prepare_command(queue, entry, KERNEL_URING_CMD_COMMIT_AND_FETCH, commit_id);
+    prepare_command(server, KERNEL_URING_CMD_COMMIT_AND_FETCH, commit_id);
 }
 
 static void set_policy(pid_t tid, int policy) {
@@ -103,17 +109,17 @@ static void set_policy(pid_t tid, int policy) {
     sched_setscheduler(tid, policy, &none);
 }
 
-// Why SCHED_IDLE: a queue thread wakes the caller when it commits the reply. The
+// Why SCHED_IDLE: a server wakes the caller when it commits the reply. The
 // scheduler keeps the caller on its own CPU only if that CPU counts as idle; with the
-// queue thread still running there, it moves the caller to the other CPU, and waking a
+// server still running there, it moves the caller to the other CPU, and waking a
 // halted vCPU costs more here than the whole request (14,765 of 20,000 getxattr calls
 // migrated). A CPU running only SCHED_IDLE threads counts as idle, so the caller stays
-// and preempts the queue thread: a request takes 17 µs instead of 28 µs on /dev/fuse.
+// and preempts the server: a request takes 17 µs instead of 28 µs on /dev/fuse.
 //
 // The price: a SCHED_IDLE thread pinned to a CPU that a busy program also uses gets
 // almost no time there (500 creates beside a busy loop took 134 s). So a guard looks
-// every GUARD_TICK_MS at how long each queue thread waited to run; one that waited more
-// than half the tick runs under the normal policy for the next GUARD_BOOST_TICKS.
+// every GUARD_TICK_MS at how long each server waited to run; one that waited more than
+// half the tick runs under the normal policy for the next GUARD_BOOST_TICKS.
 enum { GUARD_TICK_MS = 10, GUARD_BOOST_TICKS = 100 };
 
 /// Nanoseconds `tid` has spent runnable but waiting for a CPU (second field of schedstat).
@@ -133,73 +139,71 @@ static void *guard(void *argument) {
     (void)argument;
     while (!atomic_load(&stopping)) {
         usleep(GUARD_TICK_MS * 1000);
-        for (int q = 0; q < ring_queue_count; q++) {
-            struct ring_queue *queue = &ring_queues[q];
+        for (int i = 0; i < server_count; i++) {
+            struct ring_server *server = &servers[i];
             uint64_t delay;
-            pid_t tid = atomic_load(&queue->tid);
+            pid_t tid = atomic_load(&server->tid);
             if (tid == 0 || !read_run_delay(tid, &delay)) continue;
-            if (delay - queue->run_delay > GUARD_TICK_MS * 1000000ull / 2) {
-                if (queue->boost_ticks == 0) set_policy(tid, SCHED_OTHER);
-                queue->boost_ticks = GUARD_BOOST_TICKS;
-            } else if (queue->boost_ticks > 0 && --queue->boost_ticks == 0) {
+            if (delay - server->run_delay > GUARD_TICK_MS * 1000000ull / 2) {
+                if (server->boost_ticks == 0) set_policy(tid, SCHED_OTHER);
+                server->boost_ticks = GUARD_BOOST_TICKS;
+            } else if (server->boost_ticks > 0 && --server->boost_ticks == 0) {
                 set_policy(tid, SCHED_IDLE);
             }
-            queue->run_delay = delay;
+            server->run_delay = delay;
         }
     }
     return NULL;
 }
 
-static void *serve_queue(void *argument) {
-    struct ring_queue *queue = argument;
+static void *run_server(void *argument) {
+    struct ring_server *server = argument;
     // Requests from this CPU come to this queue: served here, the reply wakes the caller here.
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
-    CPU_SET(queue->qid, &cpus);
+    CPU_SET(server->qid, &cpus);
     pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
     set_policy(gettid(), SCHED_IDLE);
-    queue->tid = gettid();
+    server->tid = gettid();
 
     // SQE128: a command's request is 40 bytes, beyond a plain entry's 16.
     struct io_uring_params params = {
         .flags = IORING_SETUP_SQE128 | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
     };
-    int status = io_uring_queue_init_params(2 * RING_DEPTH + 2, &queue->ring, &params);
+    int status = io_uring_queue_init_params(4, &server->ring, &params);
     if (status < 0) {
-        fprintf(stderr, "containerfs: io_uring queue %u: %s; requests stay on /dev/fuse\n", queue->qid, strerror(-status));
+        fprintf(stderr, "containerfs: io_uring for CPU %u: %s; requests stay on /dev/fuse\n", server->qid, strerror(-status));
         return NULL;
     }
     uint64_t stop_count;
-    struct io_uring_sqe *stop = io_uring_get_sqe(&queue->ring);
+    struct io_uring_sqe *stop = io_uring_get_sqe(&server->ring);
     io_uring_prep_read(stop, ring_stop_fd, &stop_count, sizeof stop_count, 0);
     io_uring_sqe_set_data(stop, NULL);
-    for (int i = 0; i < RING_DEPTH; i++) prepare_command(queue, &queue->entries[i], KERNEL_URING_CMD_REGISTER, 0);
+    prepare_command(server, KERNEL_URING_CMD_REGISTER, 0);
 
-    int live = RING_DEPTH;
-    bool stopping = false;
-    while (live > 0 && !stopping) {
-        status = io_uring_submit_and_wait(&queue->ring, 1);
+    bool live = true, stopping = false;
+    while (live && !stopping) {
+        status = io_uring_submit_and_wait(&server->ring, 1);
         if (status < 0 && status != -EINTR) break;
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0;
-        io_uring_for_each_cqe(&queue->ring, head, cqe) {
+        io_uring_for_each_cqe(&server->ring, head, cqe) {
             seen++;
-            struct ring_entry *entry = io_uring_cqe_get_data(cqe);
-            if (entry == NULL) {
+            if (io_uring_cqe_get_data(cqe) == NULL) {
                 stopping = true;
             } else if (cqe->res < 0) {
-                // ENOTCONN: the mount is gone. Anything else (a refused REGISTER) ends the entry too.
-                if (cqe->res != -ENOTCONN) fprintf(stderr, "containerfs: io_uring queue %u: %s\n", queue->qid, strerror(-cqe->res));
-                live--;
+                // ENOTCONN: the mount is gone. Anything else (a refused REGISTER) ends the server too.
+                if (cqe->res != -ENOTCONN) fprintf(stderr, "containerfs: io_uring for CPU %u: %s\n", server->qid, strerror(-cqe->res));
+                live = false;
             } else {
-                serve(queue, entry);
+                serve_request(server);
                 atomic_fetch_add_explicit(&served, 1, memory_order_relaxed);
             }
         }
-        io_uring_cq_advance(&queue->ring, seen);
+        io_uring_cq_advance(&server->ring, seen);
     }
-    io_uring_submit(&queue->ring);   // the replies of requests served along with the stop
-    io_uring_queue_exit(&queue->ring);
+    io_uring_submit(&server->ring);   // the reply of a request served along with the stop
+    io_uring_queue_exit(&server->ring);
     return NULL;
 }
 
@@ -215,11 +219,11 @@ static int possible_cpus(void) {
 }
 
 void ring_start(struct fuse_session *se, int device_fd, size_t payload_size) {
-    int count = possible_cpus();
-    if (count <= 0 || ring_queues != NULL) return;
+    int count = possible_cpus() * RING_SERVERS_PER_QUEUE;
+    if (count <= 0 || servers != NULL) return;
     ring_stop_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
-    ring_queues = calloc((size_t)count, sizeof *ring_queues);
-    if (ring_stop_fd < 0 || ring_queues == NULL) return;
+    servers = calloc((size_t)count, sizeof *servers);
+    if (ring_stop_fd < 0 || servers == NULL) return;
     ring_session = se;
     ring_device_fd = device_fd;
     ring_payload_size = payload_size;
@@ -227,20 +231,18 @@ void ring_start(struct fuse_session *se, int device_fd, size_t payload_size) {
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &previous);
-    ring_queue_count = count;   // the guard watches the queues whose thread has started
-    if (pthread_create(&guard_thread, NULL, guard, NULL) != 0) ring_queue_count = count = 0;
-    for (int q = 0; q < count; q++) {
-        struct ring_queue *queue = &ring_queues[q];
-        queue->qid = (uint16_t)q;
-        for (int i = 0; i < RING_DEPTH; i++) {
-            struct ring_entry *entry = &queue->entries[i];
-            entry->buffer = aligned_alloc(4096, RING_HEADROOM + payload_size);
-            entry->iov[0] = (struct iovec){ &entry->header, sizeof entry->header };
-            entry->iov[1] = (struct iovec){ payload_of(entry), payload_size };
-        }
-        if (pthread_create(&queue->thread, NULL, serve_queue, queue) != 0) {
-            for (int i = 0; i < RING_DEPTH; i++) free(queue->entries[i].buffer);
-            ring_queue_count = q;
+    server_count = count;   // the guard watches the servers whose thread has started
+    if (pthread_create(&guard_thread, NULL, guard, NULL) != 0) server_count = count = 0;
+    for (int i = 0; i < count; i++) {
+        struct ring_server *server = &servers[i];
+        struct ring_entry *entry = &server->entry;
+        server->qid = (uint16_t)(i / RING_SERVERS_PER_QUEUE);
+        entry->buffer = aligned_alloc(4096, RING_HEADROOM + payload_size);
+        entry->iov[0] = (struct iovec){ &entry->header, sizeof entry->header };
+        entry->iov[1] = (struct iovec){ payload_of(entry), payload_size };
+        if (entry->buffer == NULL || pthread_create(&server->thread, NULL, run_server, server) != 0) {
+            free(entry->buffer);
+            server_count = i;
             break;
         }
     }
@@ -248,17 +250,17 @@ void ring_start(struct fuse_session *se, int device_fd, size_t payload_size) {
 }
 
 void ring_stop(void) {
-    if (ring_queues == NULL) return;
+    if (servers == NULL) return;
     atomic_store(&stopping, true);
     pthread_join(guard_thread, NULL);
-    uint64_t count = (uint64_t)ring_queue_count;
+    uint64_t count = (uint64_t)server_count;
     if (write(ring_stop_fd, &count, sizeof count) < 0) perror("containerfs: io_uring stop");
-    for (int q = 0; q < ring_queue_count; q++) pthread_join(ring_queues[q].thread, NULL);
-    for (int q = 0; q < ring_queue_count; q++) {
-        for (int i = 0; i < RING_DEPTH; i++) free(ring_queues[q].entries[i].buffer);
+    for (int i = 0; i < server_count; i++) {
+        pthread_join(servers[i].thread, NULL);
+        free(servers[i].entry.buffer);
     }
-    free(ring_queues);
-    ring_queues = NULL;
+    free(servers);
+    servers = NULL;
     close(ring_stop_fd);
     ring_stop_fd = -1;
 }

@@ -1,5 +1,5 @@
 // FUSE over io_uring (Linux 6.14+, with the fuse module's enable_uring on): one queue per
-// possible CPU, each served by a thread pinned to that CPU. The kernel hands a request to
+// possible CPU, each served by threads pinned to that CPU. The kernel hands a request to
 // the queue of the CPU its caller runs on, so the daemon wakes on that same CPU: no
 // cross-CPU wake-up per request, the cost that bounds small operations on /dev/fuse.
 // Requests go through libfuse's fuse_session_process_buf as if read from /dev/fuse; the
@@ -15,10 +15,10 @@
 /// are there (see the guard in ring.c).
 bool ring_possible(void);
 
-/// Starts the queues once the INIT reply accepting io_uring is written.
+/// Starts the servers once the INIT reply accepting io_uring is written.
 void ring_start(struct fuse_session *se, int device_fd, size_t payload_size);
 
-/// Stops and joins the queues (they also end by themselves when the mount goes away).
+/// Stops and joins the servers (they also end by themselves when the mount goes away).
 void ring_stop(void);
 
 /// Takes the reply when it answers the request this thread serves from a ring;
