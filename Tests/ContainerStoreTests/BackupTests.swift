@@ -66,6 +66,20 @@ private func setAttribute(_ path: [UInt8], _ name: String, _ value: String) thro
     try check(withCName(path) { lsetxattr($0, name, value, value.utf8.count, 0) }, "setxattr \(name)")
 }
 
+/// The SHA-256 of the file at `path`, read here, independently of the code under test.
+private func fileDigest(_ path: [UInt8], flags: Int32 = 0) throws -> [UInt8] {
+    let fd = try check(withCName(path) { open($0, O_RDONLY | flags) }, "open \(ContainerPath.printable(path))")
+    defer { close(fd) }
+    var hasher = SHA256()
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count <= 0 { break }
+        hasher.update(data: buffer[0..<count])
+    }
+    return Array(hasher.finalize())
+}
+
 /// Everything the round trip must keep, one line per entry below `root`, sorted by path
 /// bytes: path (printable), type, mode, size, modification and access times in
 /// nanoseconds, SHA-256 or symlink target, user.* attributes, and which earlier entry it
@@ -82,16 +96,8 @@ private func describe(_ root: [UInt8]) throws -> [String] {
         line += " mtime=\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
         if type != S_IFDIR { line += " atime=\(info.st_atim.tv_sec).\(info.st_atim.tv_nsec)" }
         if type == S_IFREG {
-            let fd = try check(withCName(full) { open($0, O_RDONLY | O_NOFOLLOW) }, "open")
-            defer { close(fd) }
-            var hasher = SHA256()
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if count <= 0 { break }
-                hasher.update(data: buffer[0..<count])
-            }
-            line += " size=\(info.st_size) sha=\(Array(hasher.finalize()).map { String($0, radix: 16) }.joined())"
+            let sha = try fileDigest(full, flags: O_NOFOLLOW)
+            line += " size=\(info.st_size) sha=\(sha.map { String($0, radix: 16) }.joined())"
             if info.st_nlink > 1 {
                 if let first = inodes[UInt64(info.st_ino)] { line += " link-of=\(first)" } else { inodes[UInt64(info.st_ino)] = ContainerPath.printable(relative) }
             }
@@ -292,16 +298,7 @@ struct BackupTests {
         var files = 0
         for case .file(let path, let sha256) in manifest.records {
             let full = Array((scratch.path + "/extracted/").utf8) + path.bytes
-            let fd = try check(withCName(full) { open($0, O_RDONLY) }, "open \(path)")
-            defer { close(fd) }
-            var hasher = SHA256()
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if count <= 0 { break }
-                hasher.update(data: buffer[0..<count])
-            }
-            #expect(Array(hasher.finalize()) == sha256, "\(path)")
+            #expect(try fileDigest(full) == sha256, "\(path)")
             files += 1
         }
         #expect(files >= 10)
