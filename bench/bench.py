@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The ContainerFS benchmark: the same workloads, in one run, on native ext4, bindfs and
-a ContainerFS mount (in Documents/ and in Library/Caches/), as medians with min-max and
+"""The ContainerFS benchmark: the same workloads, in one run, on native ext4, bindfs,
+libfuse's passthrough_hp and a ContainerFS mount (in Documents/ and in Library/Caches/), as medians with min-max and
 the ratio to native. Driven by bench/run.sh; docs/benchmarks.md explains the figures.
 
 Only the standard library is used. Must run as root (drop_caches, mounts).
@@ -299,6 +299,33 @@ class Bindfs(Target):
 
     def teardown(self):
         unmount(self.mountpoint, [["fusermount", "-u", self.mountpoint],
+                                  ["umount", self.mountpoint]], self.daemons)
+
+
+class PassthroughHP(Target):
+    """libfuse's passthrough_hp, as it runs by default (writeback cache, 86,400 s timeouts,
+    splice, default_permissions): the peer the speed goals quote."""
+    key, label = "passthrough_hp", "passthrough_hp"
+
+    def __init__(self, root, binary):
+        super().__init__()
+        self.binary = binary
+        self.source = os.path.join(root, "hp-src")
+        self.mountpoint = os.path.join(root, "hp-mnt")
+        self.workdir = self.mountpoint
+        self.daemons = []
+
+    def setup(self):
+        if not self.binary or not os.access(self.binary, os.X_OK):
+            raise BenchError("passthrough_hp was not built (bench/passthrough_hp.sh; BENCH_PASSTHROUGH_HP)")
+        os.makedirs(self.source)
+        os.makedirs(self.mountpoint)
+        run([self.binary, self.source, self.mountpoint], timeout=30)
+        wait_mounted(self.mountpoint, 10)
+        self.daemons = daemon_pids(self.mountpoint)
+
+    def teardown(self):
+        unmount(self.mountpoint, [["fusermount3", "-u", self.mountpoint],
                                   ["umount", self.mountpoint]], self.daemons)
 
 
@@ -631,6 +658,7 @@ def render(cfg, meta, targets, results, errors):
              "readall": "read-all", "rmrf": "rm -rf"}
     missed = {t.key: [] for t in others}
     met = {t.key: 0 for t in others}
+    ratios = {}
     for key, _, _, kind in workloads(cfg):
         goal = GOALS.get(key)
         row = f"  {short[key]:<26}{(f'{goal:.2f}' if goal else '-'):>6}"
@@ -640,6 +668,7 @@ def render(cfg, meta, targets, results, errors):
             cell = "FAIL"
             if native and samples and not errors.get((t.key, key)) and not errors.get(("native", key)):
                 ratio = summarize(samples, kind, statistics.median(native))[3]
+                ratios[(t.key, key)] = ratio
                 cell = f"{ratio:.2f}"
                 if goal is not None:
                     if ratio >= goal:
@@ -651,6 +680,7 @@ def render(cfg, meta, targets, results, errors):
             row += f"{cell:>{max(len(t.label), 6) + 2}}"
         lines.append(row)
     lines.append("")
+    peers = [t for t in others if not t.key.startswith("containerfs") and not t.error]
     for t in others:
         if t.key.startswith("containerfs"):
             if t.error:
@@ -660,6 +690,13 @@ def render(cfg, meta, targets, results, errors):
             if missed[t.key]:
                 status += "; missed: " + ", ".join(missed[t.key])
             lines.append(f"{t.label}: {status}")
+            behind = [f"{short[key]} {ratios[(t.key, key)]:.2f} < {peer.label} {ratios[(peer.key, key)]:.2f}"
+                      for key, _, _, _ in workloads(cfg) for peer in peers
+                      if (t.key, key) in ratios and (peer.key, key) in ratios
+                      and ratios[(t.key, key)] < ratios[(peer.key, key)]]
+            if peers:
+                lines.append(f"  behind a peer on: {', '.join(behind)}" if behind else
+                             f"  ahead of {' and '.join(p.label for p in peers)} on every row")
     if NOTES:
         lines += ["", "Notes:"] + [f"  {note}" for note in NOTES]
     labels = {t.key: t.label for t in targets}
@@ -703,6 +740,7 @@ def describe(cfg, binary, root, tarball, elapsed):
         "machine": f"{os.cpu_count()} cores, {memory:.0f} GiB, kernel {platform.release()}",
         "disk": f"{root}: {fstype}",
         "tools": f"{version(['fio', '--version'])}, {version(['bindfs', '--version'])}, "
+                 f"{os.path.basename(os.environ.get('BENCH_PASSTHROUGH_HP') or 'passthrough_hp (missing)')}, "
                  f"{version(['tar', '--version'])}",
         "tarball": tarball,
     }
@@ -717,8 +755,8 @@ def main():
                         help="small sizes and 1 run, for development (also BENCH_QUICK=1)")
     parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", "0")),
                         help="runs per figure (default 3, quick 1; also BENCH_RUNS)")
-    parser.add_argument("--targets", default=os.environ.get("BENCH_TARGETS", "native,bindfs,cfs-documents,cfs-caches,cfs-uring"),
-                        help="comma-separated subset of native,bindfs,cfs-documents,cfs-caches,cfs-uring")
+    parser.add_argument("--targets", default=os.environ.get("BENCH_TARGETS", "native,bindfs,passthrough_hp,cfs-documents,cfs-caches,cfs-uring"),
+                        help="comma-separated subset of native,bindfs,passthrough_hp,cfs-documents,cfs-caches,cfs-uring")
     parser.add_argument("--root", default=os.environ.get("BENCH_ROOT", "/var/tmp/cfs-bench"),
                         help="scratch folder on the disk under test (emptied first)")
     parser.add_argument("--output", default=os.environ.get("BENCH_OUTPUT"),
@@ -756,7 +794,8 @@ def main():
     tarball = make_tarball(os.path.join(scratch, "tree.tar"))
     log(f"bench: tarball {tarball['files']} files, {tarball['bytes'] / 1e6:.1f} MB")
 
-    every = {"native": lambda: Native(root), "bindfs": lambda: Bindfs(root)}
+    every = {"native": lambda: Native(root), "bindfs": lambda: Bindfs(root),
+             "passthrough_hp": lambda: PassthroughHP(root, os.environ.get("BENCH_PASSTHROUGH_HP"))}
     # Requests through /dev/fuse (the kernel's default), and through io_uring: -o uring
     # turns the kernel's machine-wide switch on, put back as it was at the end.
     extra = "," + args.options if args.options else ""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The benchmark of issue 7: native ext4, bindfs and ContainerFS (Documents/ and
-# Library/Caches/), same workloads, one run. `make bench` calls this after installing
-# fio and bindfs. Usage:
+# The benchmark of issue 7: native ext4, bindfs, libfuse's passthrough_hp and ContainerFS
+# (Documents/ and Library/Caches/, and Documents/ through io_uring), same workloads, one
+# run. `make bench` calls this after installing fio, bindfs and g++. Usage:
 #
 #   bench/run.sh PATH_TO_containerfs [--quick] [--runs N] [--targets native,bindfs,...]
 #
@@ -31,6 +31,10 @@ sweep() {
 }
 trap sweep EXIT
 trap 'exit 130' INT TERM HUP
+
+# libfuse's passthrough_hp, the peer the speed goals quote, built from Debian's source
+# package; if it cannot be built its column says why and the rest is still measured.
+if hp=$("$here/passthrough_hp.sh"); then export BENCH_PASSTHROUGH_HP=$hp; fi
 
 status=0
 python3 "$here/bench.py" "$@" || status=$?

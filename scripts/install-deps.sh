@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(libfuse3-dev liburing-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 tar libarchive-dev)
-if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine); fi
+if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine g++); fi
 
 missing=()
 for package in "${packages[@]}"; do
