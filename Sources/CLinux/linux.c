@@ -1,6 +1,9 @@
 #include "CLinux.h"
 #include <errno.h>
 #include <linux/openat2.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/fsuid.h>
 #include <sys/syscall.h>
@@ -56,4 +59,117 @@ int clinux_spawn_close_from(void *actions, int from) {
 
 int clinux_spawn_chdir(void *actions, const char *path) {
     return posix_spawn_file_actions_addchdir_np((posix_spawn_file_actions_t *)actions, path);
+}
+
+// MARK: Nodes held as O_PATH descriptors
+
+static atomic_int proc_fd_dir = -1;
+
+// A forked child has its own descriptor table: its /proc/self/fd is another directory.
+static void forget_proc_fd_dir(void) {
+    int fd = atomic_exchange(&proc_fd_dir, -1);
+    if (fd >= 0) close(fd);
+}
+
+__attribute__((constructor)) static void forget_proc_fd_dir_on_fork(void) {
+    pthread_atfork(NULL, NULL, forget_proc_fd_dir);
+}
+
+// The directory /proc/self/fd (of this process), or -1 if /proc is not there.
+static int proc_fd_directory(void) {
+    int fd = atomic_load(&proc_fd_dir);
+    if (fd >= 0) return fd;
+    fd = open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int expected = -1;
+    if (!atomic_compare_exchange_strong(&proc_fd_dir, &expected, fd)) {
+        close(fd); // another thread was first
+        return expected;
+    }
+    return fd;
+}
+
+typedef struct { char text[24]; } fd_name;
+
+static fd_name name_of(int fd) {
+    fd_name name;
+    snprintf(name.text, sizeof name.text, "%d", fd);
+    return name;
+}
+
+static fd_name path_of(int fd) {
+    fd_name path;
+    snprintf(path.text, sizeof path.text, "/proc/self/fd/%d", fd);
+    return path;
+}
+
+int clinux_reopen(int fd, int flags) {
+    int directory = proc_fd_directory();
+    if (directory < 0) return open(path_of(fd).text, flags);
+    return openat(directory, name_of(fd).text, flags);
+}
+
+#ifndef SYS_getxattrat
+#define SYS_setxattrat 463
+#define SYS_getxattrat 464
+#define SYS_listxattrat 465
+#define SYS_removexattrat 466
+#endif
+
+struct clinux_xattr_args { uint64_t value; uint32_t size; uint32_t flags; };
+
+// Cleared when the kernel has no getxattrat (before 6.13): then the /proc path is walked.
+static atomic_bool xattrat_works = true;
+
+static bool no_xattrat(long result) {
+    if (result < 0 && errno == ENOSYS) { atomic_store(&xattrat_works, false); return true; }
+    return false;
+}
+
+ssize_t clinux_node_getxattr(int fd, const char *name, void *value, size_t size) {
+    int directory = proc_fd_directory();
+    if (directory >= 0 && atomic_load(&xattrat_works)) {
+        struct clinux_xattr_args args = { .value = (uintptr_t)value, .size = (uint32_t)size };
+        long result = syscall(SYS_getxattrat, directory, name_of(fd).text, 0, name, &args, sizeof args);
+        if (!no_xattrat(result)) return result;
+    }
+    return getxattr(path_of(fd).text, name, value, size);
+}
+
+int clinux_node_setxattr(int fd, const char *name, const void *value, size_t size, int flags) {
+    int directory = proc_fd_directory();
+    if (directory >= 0 && atomic_load(&xattrat_works)) {
+        struct clinux_xattr_args args = { .value = (uintptr_t)value, .size = (uint32_t)size, .flags = (uint32_t)flags };
+        long result = syscall(SYS_setxattrat, directory, name_of(fd).text, 0, name, &args, sizeof args);
+        if (!no_xattrat(result)) return (int)result;
+    }
+    return setxattr(path_of(fd).text, name, value, size, flags);
+}
+
+int clinux_node_removexattr(int fd, const char *name) {
+    int directory = proc_fd_directory();
+    if (directory >= 0 && atomic_load(&xattrat_works)) {
+        long result = syscall(SYS_removexattrat, directory, name_of(fd).text, 0, name);
+        if (!no_xattrat(result)) return (int)result;
+    }
+    return removexattr(path_of(fd).text, name);
+}
+
+ssize_t clinux_node_listxattr(int fd, char *list, size_t size) {
+    int directory = proc_fd_directory();
+    if (directory >= 0 && atomic_load(&xattrat_works)) {
+        long result = syscall(SYS_listxattrat, directory, name_of(fd).text, 0, list, size);
+        if (!no_xattrat(result)) return result;
+    }
+    return listxattr(path_of(fd).text, list, size);
+}
+
+int clinux_node_truncate(int fd, off_t length) {
+    return truncate(path_of(fd).text, length);
+}
+
+int clinux_node_link(int fd, int dirfd, const char *name) {
+    int directory = proc_fd_directory();
+    if (directory < 0) return linkat(AT_FDCWD, path_of(fd).text, dirfd, name, AT_SYMLINK_FOLLOW);
+    return linkat(directory, name_of(fd).text, dirfd, name, AT_SYMLINK_FOLLOW);
 }

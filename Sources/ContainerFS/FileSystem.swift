@@ -111,7 +111,7 @@ final class FileSystem: @unchecked Sendable {
         if toSet & FUSE_SET_ATTR_SIZE != 0 {
             guard node.type == S_IFREG else { throw Errno(EINVAL) }
             if let fh { try sys { ftruncate(fh, attr.st_size) } }
-            else { try sys { truncate(node.procPath, attr.st_size) } }
+            else { try sys { clinux_node_truncate(node.fd, attr.st_size) } }
         }
         if toSet & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW) != 0 {
             var times = [timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT), timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)]
@@ -173,7 +173,7 @@ final class FileSystem: @unchecked Sendable {
         try check(.link(from: source, to: location), caller, "link",
                   [(path(node), source), (path(directory, childName), location)])
         // Linking the /proc/self/fd magic link links the node itself, not a path to it.
-        try sys { linkat(AT_FDCWD, node.procPath, directory.fd, name, AT_SYMLINK_FOLLOW) }
+        try sys { clinux_node_link(node.fd, directory.fd, name) }
         return try entry(directory, name, childName, location)
     }
 
@@ -246,13 +246,18 @@ final class FileSystem: @unchecked Sendable {
         guard node.type == S_IFREG else { return 0 }
         return node.backingID.withLock { id in
             guard id == 0 else { return id }
-            // Registered read-only, whatever this open's mode: the kernel opens the store
-            // file again for each open file, with that file's own flags, so the node keeps
-            // no write access (which would make the store file busy for exec).
-            let fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { return 0 }
-            id = max(cfuse_backing_open(fd), 0)
-            Glibc.close(fd)
+            // The kernel opens the store file again for each open file, with that file's
+            // own flags: it needs the node, not an open mode. Recent kernels take the O_PATH
+            // descriptor itself; older ones want an open file, registered read-only so the
+            // node keeps no write access (which would make the store file busy for exec).
+            id = cfuse_backing_open(node.fd)
+            if id == -EBADF {
+                let fd = clinux_reopen(node.fd, O_RDONLY | O_CLOEXEC)
+                guard fd >= 0 else { return 0 }
+                id = cfuse_backing_open(fd)
+                Glibc.close(fd)
+            }
+            id = max(id, 0)
             return id
         }
     }
@@ -283,7 +288,7 @@ final class FileSystem: @unchecked Sendable {
         try check(.changeMetadata(location), caller, "setxattr", [(path(node), location)])
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
-        try sys { CLinux.setxattr(node.procPath, name, value, size, flags) }
+        try sys { clinux_node_setxattr(node.fd, name, value, size, flags) }
     }
 
     func removexattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
@@ -291,27 +296,27 @@ final class FileSystem: @unchecked Sendable {
         let location = inodes.location(of: node)
         try check(.changeMetadata(location), caller, "removexattr", [(path(node), location)])
         guard !node.isSymlink else { throw Errno(EPERM) }
-        try sys { CLinux.removexattr(node.procPath, name) }
+        try sys { clinux_node_removexattr(node.fd, name) }
     }
 
     /// Reads an attribute's value into `buffer` (or its size when `buffer` is empty).
     func getxattr(_ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         let node = inodes.inode(ino)
         guard !node.isSymlink else { throw Errno(ENODATA) }
-        return try sys { CLinux.getxattr(node.procPath, name, buffer.baseAddress, buffer.count) }
+        return try sys { clinux_node_getxattr(node.fd, name, buffer.baseAddress, buffer.count) }
     }
 
     func listxattr(_ ino: fuse_ino_t, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         let node = inodes.inode(ino)
         guard !node.isSymlink else { return 0 }
-        return try sys { CLinux.listxattr(node.procPath, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
+        return try sys { clinux_node_listxattr(node.fd, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
     }
 
     // MARK: Directories
 
     func opendir(_ ino: fuse_ino_t) throws(Errno) -> DirectoryHandle {
         let node = inodes.inode(ino)
-        let fd = try sys { Glibc.open(node.procPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        let fd = try sys { clinux_reopen(node.fd, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard let stream = fdopendir(fd) else {
             let error = Errno.current
             Glibc.close(fd)
@@ -397,7 +402,7 @@ final class FileSystem: @unchecked Sendable {
     }
 
     private func reopen(_ node: Inode, _ flags: Int32) throws(Errno) -> (fd: Int32, directIO: Bool) {
-        let fd = try sys { Glibc.open(node.procPath, storeFlags(flags) | O_CLOEXEC) }
+        let fd = try sys { clinux_reopen(node.fd, storeFlags(flags) | O_CLOEXEC) }
         return (fd, flags & clinux_O_DIRECT != 0)
     }
 

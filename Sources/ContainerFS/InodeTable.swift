@@ -17,8 +17,6 @@ final class Inode: @unchecked Sendable {
     let key: InodeKey
     /// The node's type bits (`S_IFMT`).
     let type: mode_t
-    /// `/proc/self/fd/N` for `fd`: reopening it reaches the node itself, with no path walk.
-    let procPath: [CChar]
     /// The node's passthrough backing id (0: none yet), registered by its first open and
     /// kept until the kernel forgets the node: the kernel wants one per node.
     let backingID = Mutex<Int32>(0)
@@ -40,7 +38,6 @@ final class Inode: @unchecked Sendable {
         self.parent = parent
         self.name = name
         self.location = location
-        self.procPath = Array("/proc/self/fd/\(fd)".utf8CString)
     }
 
     deinit {

@@ -46,6 +46,23 @@ int clinux_spawn_close_from(void *actions, int from);
 /// directory is untouched (glibc declares it only under _GNU_SOURCE for Swift).
 int clinux_spawn_chdir(void *actions, const char *path);
 
+// A node of the store is held as an O_PATH descriptor N. /proc/self/fd/N names the node
+// itself, wherever it has moved, with no path walk in the store; these reach it through
+// a descriptor of /proc/self/fd opened once, so only the last component is looked up.
+
+/// open(2) of the node `fd` names, with `flags`.
+int clinux_reopen(int fd, int flags);
+/// getxattr(2), setxattr(2), removexattr(2) and listxattr(2) on the node `fd` names
+/// (through getxattrat(2) and its kind, Linux 6.13+, or the /proc path before).
+ssize_t clinux_node_getxattr(int fd, const char *name, void *value, size_t size);
+int clinux_node_setxattr(int fd, const char *name, const void *value, size_t size, int flags);
+int clinux_node_removexattr(int fd, const char *name);
+ssize_t clinux_node_listxattr(int fd, char *list, size_t size);
+/// truncate(2) of the node `fd` names.
+int clinux_node_truncate(int fd, off_t length);
+/// A new name `name` in `dirfd` for the node `fd` names (linkat(2)).
+int clinux_node_link(int fd, int dirfd, const char *name);
+
 /// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
 int clinux_setfsuid(uid_t uid);
 int clinux_setfsgid(gid_t gid);
