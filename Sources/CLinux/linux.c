@@ -121,14 +121,19 @@ struct clinux_xattr_args { uint64_t value; uint32_t size; uint32_t flags; };
 // Cleared when the kernel has no getxattrat (before 6.13): then the /proc path is walked.
 static atomic_bool xattrat_works = true;
 
+// /proc/self/fd while getxattrat and its kind can be used with it, else -1.
+static int xattrat_directory(void) {
+    return atomic_load(&xattrat_works) ? proc_fd_directory() : -1;
+}
+
 static bool no_xattrat(long result) {
     if (result < 0 && errno == ENOSYS) { atomic_store(&xattrat_works, false); return true; }
     return false;
 }
 
 ssize_t clinux_node_getxattr(int fd, const char *name, void *value, size_t size) {
-    int directory = proc_fd_directory();
-    if (directory >= 0 && atomic_load(&xattrat_works)) {
+    int directory = xattrat_directory();
+    if (directory >= 0) {
         struct clinux_xattr_args args = { .value = (uintptr_t)value, .size = (uint32_t)size };
         long result = syscall(SYS_getxattrat, directory, name_of(fd).text, 0, name, &args, sizeof args);
         if (!no_xattrat(result)) return result;
@@ -137,8 +142,8 @@ ssize_t clinux_node_getxattr(int fd, const char *name, void *value, size_t size)
 }
 
 int clinux_node_setxattr(int fd, const char *name, const void *value, size_t size, int flags) {
-    int directory = proc_fd_directory();
-    if (directory >= 0 && atomic_load(&xattrat_works)) {
+    int directory = xattrat_directory();
+    if (directory >= 0) {
         struct clinux_xattr_args args = { .value = (uintptr_t)value, .size = (uint32_t)size, .flags = (uint32_t)flags };
         long result = syscall(SYS_setxattrat, directory, name_of(fd).text, 0, name, &args, sizeof args);
         if (!no_xattrat(result)) return (int)result;
@@ -147,8 +152,8 @@ int clinux_node_setxattr(int fd, const char *name, const void *value, size_t siz
 }
 
 int clinux_node_removexattr(int fd, const char *name) {
-    int directory = proc_fd_directory();
-    if (directory >= 0 && atomic_load(&xattrat_works)) {
+    int directory = xattrat_directory();
+    if (directory >= 0) {
         long result = syscall(SYS_removexattrat, directory, name_of(fd).text, 0, name);
         if (!no_xattrat(result)) return (int)result;
     }
@@ -156,8 +161,8 @@ int clinux_node_removexattr(int fd, const char *name) {
 }
 
 ssize_t clinux_node_listxattr(int fd, char *list, size_t size) {
-    int directory = proc_fd_directory();
-    if (directory >= 0 && atomic_load(&xattrat_works)) {
+    int directory = xattrat_directory();
+    if (directory >= 0) {
         long result = syscall(SYS_listxattrat, directory, name_of(fd).text, 0, list, size);
         if (!no_xattrat(result)) return result;
     }
