@@ -13,6 +13,31 @@ struct ContainerFSCommand: ParsableCommand {
             """,
         subcommands: [Create.self, Mount.self, Unmount.self, Run.self, Deliver.self, Verify.self, Audit.self, PurgeCommand.self, UsageCommand.self, BackupCommand.self, RestoreCommand.self, ExcludeCommand.self, IncludeCommand.self]
     )
+
+    /// ArgumentParser's `main`, except that a command line it cannot parse gets the one
+    /// line SPEC §9 asks for (what is wrong, and where the usage is) instead of the usage.
+    static func main() {
+        var command: ParsableCommand
+        do {
+            command = try parseAsRoot()
+        } catch {
+            let status = exitCode(for: error)
+            // --help and --version are parse "errors" with a full text to print.
+            if status == .success { exit(withError: error) }
+            let what = message(for: error).split(separator: "\n").first.map(String.init) ?? "bad command line"
+            let named = CommandLine.arguments.dropFirst().first { word in
+                configuration.subcommands.contains { $0._commandName == word }
+            }
+            let help = ["containerfs", named, "--help"].compactMap { $0 }.joined(separator: " ")
+            FileHandleOutput.standardError.write("containerfs: \(what): see '\(help)'\n")
+            Glibc.exit(status.rawValue)
+        }
+        do {
+            try command.run()
+        } catch {
+            exit(withError: error)
+        }
+    }
 }
 
 /// Runs a command body, printing a `UserError` as the one line SPEC §9 asks for.

@@ -127,6 +127,27 @@ struct CLIErrorTests {
         #expect(!storeIsLocked(container), "no daemon may be left holding the store")
     }
 
+    // MARK: the command line itself
+
+    @Test(arguments: [
+        (["mount"], "mount", "<store>"),
+        (["mount", "a", "b", "--bogus"], "mount", "--bogus"),
+        (["create", "store"], "create", "--bundle"),
+        (["purge", "--older-than"], "purge", "--older-than"),
+        (["frobnicate"], nil, "frobnicate"),
+    ] as [([String], String?, String)])
+    func aCommandLineThatDoesNotParse(arguments: [String], command: String?, named: String) throws {
+        let result = try containerfs(arguments)
+        let help = ["containerfs", command, "--help"].compactMap { $0 }.joined(separator: " ")
+        expectUserError(result, status: 64, mentions: [named], advice: [help])
+    }
+
+    @Test func helpIsStillTheWholeText() throws {
+        let result = try containerfs(["mount", "--help"])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.contains("USAGE: containerfs mount") && result.stdout.contains("OPTIONS:"), "\(result)")
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
