@@ -825,7 +825,10 @@ def main():
                 target.error = f"{e}"
                 log(f"bench: FAILED to set up {target.label}: {e}")
         for round_ in range(1, cfg.runs + 1):
-            for target in targets:
+            # Each round starts one target later, so that no target always follows the
+            # same one: the disk is faster or slower depending on what was just deleted.
+            shift = (round_ - 1) % len(targets)
+            for target in targets[shift:] + targets[:shift]:
                 for group, keys in groups.items():
                     if target.error or any((target.key, key) in errors for key in keys):
                         continue  # a failed group is not retried: its rows stay failed
