@@ -1,5 +1,6 @@
 // The parts of the kernel's FUSE protocol (7.42, Linux 6.14) that Debian 12's
-// linux/fuse.h (7.38) and libfuse 3.14 lack: passthrough and FUSE over io_uring.
+// linux/fuse.h (7.38) and libfuse 3.14 lack (passthrough and FUSE over io_uring), or that
+// libfuse 3.14 does not pass on (the kill-set-ID flags of requests).
 #ifndef CFUSE_KERNEL_ABI_H
 #define CFUSE_KERNEL_ABI_H
 
@@ -7,7 +8,13 @@
 #include <sys/ioctl.h>
 
 enum {
+    KERNEL_FUSE_OPEN = 14,
+    KERNEL_FUSE_WRITE = 16,
     KERNEL_FUSE_INIT = 26,
+    KERNEL_FUSE_CREATE = 35,
+    KERNEL_HANDLE_KILLPRIV_V2 = 1u << 28,   // flags
+    KERNEL_OPEN_KILL_SUIDGID = 1u << 0,     // open_flags of OPEN and CREATE
+    KERNEL_WRITE_KILL_SUIDGID = 1u << 2,    // write_flags of WRITE
     KERNEL_INIT_EXT = 1u << 30,             // flags: flags2 is valid
     KERNEL_WRITEBACK_CACHE = 1u << 16,      // flags
     KERNEL_PASSTHROUGH_FLAGS2 = 1u << 5,    // FUSE_PASSTHROUGH, 1ULL << 37, in flags2
@@ -18,6 +25,9 @@ enum {
 struct kernel_in_header { uint32_t len, opcode; uint64_t unique, nodeid; uint32_t uid, gid, pid; uint16_t extlen, padding; };
 struct kernel_out_header { uint32_t len; int32_t error; uint64_t unique; };
 struct kernel_init_in { uint32_t major, minor, max_readahead, flags, flags2; };
+struct kernel_open_in { uint32_t flags, open_flags; };
+struct kernel_create_in { uint32_t flags, mode, umask, open_flags; };
+struct kernel_write_in { uint64_t fh, offset; uint32_t size, write_flags; uint64_t lock_owner; uint32_t flags, padding; };
 struct kernel_init_out {
     uint32_t major, minor, max_readahead, flags;
     uint16_t max_background, congestion_threshold;

@@ -96,6 +96,7 @@ static void serve_request(struct ring_server *server) {
         entry->unique = in.unique;
         entry->replied = false;
         serving = entry;
+        note_request(start, in.len);
         fuse_session_process_buf(ring_session, &buf);
         serving = NULL;
         // Every callback replies before it returns; a request left unanswered would hang.

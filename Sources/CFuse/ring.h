@@ -31,4 +31,8 @@ bool ring_serving(void);
 /// Requests served from a ring so far.
 unsigned long ring_requests_served(void);
 
+/// (shim.c) Looks at a request as the kernel sent it, before libfuse decodes it, on the
+/// thread that will serve it.
+void note_request(const void *request, size_t size);
+
 #endif

@@ -53,24 +53,57 @@ static bool passthrough_wanted, uring_wanted;
 static _Atomic int device_fd = -1;
 static struct fuse_session *session;
 static _Atomic uint64_t init_unique;         // the INIT request
+static _Atomic uint32_t init_offered_flags;  // its flags
 static _Atomic uint32_t init_offered;        // its flags2, when flags2 is valid
 static atomic_bool passthrough_active, uring_accepted;
 static _Thread_local int pending_backing_id; // for the reply this thread is about to send
+static _Thread_local bool request_kills_suidgid; // the request this thread serves
+
+void note_request(const void *request, size_t size) {
+    const struct kernel_in_header *in = request;
+    const void *argument = in + 1;
+    size_t argument_size = size >= sizeof *in ? size - sizeof *in : 0;
+    request_kills_suidgid = false;
+    if (size < sizeof *in) return;
+    switch (in->opcode) {
+    case KERNEL_FUSE_INIT:
+        if (argument_size >= sizeof(struct kernel_init_in)) {
+            const struct kernel_init_in *init = argument;
+            init_offered_flags = init->flags;
+            init_offered = (init->flags & KERNEL_INIT_EXT) ? init->flags2 : 0;
+            init_unique = in->unique;
+        }
+        break;
+    case KERNEL_FUSE_OPEN:
+        request_kills_suidgid = argument_size >= sizeof(struct kernel_open_in)
+            && (((const struct kernel_open_in *)argument)->open_flags & KERNEL_OPEN_KILL_SUIDGID);
+        break;
+    case KERNEL_FUSE_CREATE:
+        request_kills_suidgid = argument_size >= sizeof(struct kernel_create_in)
+            && (((const struct kernel_create_in *)argument)->open_flags & KERNEL_OPEN_KILL_SUIDGID);
+        break;
+    case KERNEL_FUSE_WRITE:
+        request_kills_suidgid = argument_size >= sizeof(struct kernel_write_in)
+            && (((const struct kernel_write_in *)argument)->write_flags & KERNEL_WRITE_KILL_SUIDGID);
+        break;
+    }
+}
+
+bool cfuse_request_kills_suidgid(void) { return request_kills_suidgid; }
 
 static ssize_t session_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
     ssize_t count = read(fd, buf, len);
-    const struct kernel_in_header *in = buf;
-    if (count >= (ssize_t)(sizeof *in + sizeof(struct kernel_init_in)) && in->opcode == KERNEL_FUSE_INIT) {
-        const struct kernel_init_in *init = (const void *)(in + 1);
-        init_offered = (init->flags & KERNEL_INIT_EXT) ? init->flags2 : 0;
-        init_unique = in->unique;
-    }
+    if (count > 0) note_request(buf, (size_t)count);
     return count;
 }
 
 /// Adds to the INIT reply what we want of what the kernel offered.
 static void patch_init_reply(struct kernel_init_out *init) {
+    // The kernel leaves dropping set-ID bits to the daemon (which knows the store file's
+    // mode), and can then remember that a file has none: fewer requests per write and
+    // chown. libfuse 3.14 cannot ask for it.
+    init->flags |= init_offered_flags & KERNEL_HANDLE_KILLPRIV_V2;
     uint32_t offered = init_offered;
     // The kernel refuses passthrough together with the writeback cache.
     if (passthrough_wanted && (offered & KERNEL_PASSTHROUGH_FLAGS2) && !(init->flags & KERNEL_WRITEBACK_CACHE)) {

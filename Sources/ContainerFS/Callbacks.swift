@@ -137,6 +137,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(ino) }   // a truncating open
             let backing = fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT { close(fd) }
@@ -146,6 +147,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             var (entry, fd, directIO) = try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(entry.ino) }   // it truncated a file
             let backing = fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { close(fd) }
@@ -155,8 +157,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         // The policy was applied when the file was opened; a read passes straight to the store.
         cfuse_reply_fd_data(request, handle(info), offset, size)
     }
-    ops.write = { request, _, buffer, size, offset, info in
+    ops.write = { request, ino, buffer, size, offset, info in
         // Only a descriptor opened for writing, after the policy allowed it, receives writes.
+        if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(ino) }
         let written = pwrite(handle(info), buffer, size, offset)
         if written < 0 { fuse_reply_err(request, errno) } else { fuse_reply_write(request, written) }
     }

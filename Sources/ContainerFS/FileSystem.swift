@@ -123,7 +123,25 @@ final class FileSystem: @unchecked Sendable {
             else { try sys { utimensat(node.fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
             Tagging.timesSet(node, location, toSet, attr)
         }
+        // A truncate or chown by a caller without CAP_FSETID carries the kill flag; a
+        // SETATTR with nothing to set is how the kernel asks for it before a write
+        // (file_remove_privs). Both follow an operation the policy already allowed.
+        if toSet & FUSE_SET_ATTR_KILL_SUID != 0 || toSet == 0 { dropSetIDBits(ino) }
         return try attributes(node)
+    }
+
+    /// Clears set-user-ID, and set-group-ID of a group-executable file, as Linux does when
+    /// a caller without CAP_FSETID writes, truncates or chowns a file: the kernel leaves it
+    /// to the daemon (FUSE_HANDLE_KILLPRIV_V2), whose own calls keep the bits. Best effort,
+    /// like the kernel's: the change itself has happened; a daemon that may not chmod the
+    /// file (an ordinary user's, on another user's file) leaves them.
+    func dropSetIDBits(_ ino: fuse_ino_t) {
+        let node = inodes.inode(ino)
+        var info = stat()
+        guard node.type == S_IFREG, fstatat(node.fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return }
+        var mode = info.st_mode & 0o7777 & ~S_ISUID
+        if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP { mode &= ~S_ISGID }
+        if mode != info.st_mode & 0o7777 { _ = clinux_fchmod_path_fd(node.fd, mode) }
     }
 
     func readlink(_ ino: fuse_ino_t) throws(Errno) -> [CChar] {

@@ -155,6 +155,50 @@ struct UserTests {
             #expect(bobs == ["read": "from alice\n", "write": "EACCES"])
         }
     }
+
+    /// An ordinary user's write, truncate, truncating open or chown of a set-ID file clears
+    /// set-user-ID (and set-group-ID, the file being group-executable), root's write does
+    /// not (CAP_FSETID): the same modes as the same calls on native ext4. Writes pass
+    /// through to the store, reach the daemon, or go through the kernel's writeback cache.
+    @Test(arguments: [[], ["nopassthrough"], ["writeback"]])
+    func changingASetIDFileClearsItsSetIDBitsAsNativeDoes(options: [String]) throws {
+        try requireUsers()
+        let alice = try account(Self.alice)
+        try withMountedContainer(options: ["allow_other"] + options) { container in
+            try openToEveryone(container)
+            let native = container.base + "/native"
+            let ways = ["write", "append", "truncate", "open-trunc", "chown", "root-write"]
+            var modes: [String: [String: mode_t]] = [:]
+            for (label, folder, stored) in [("native", native, native), ("mount", container.mounted("Documents/shared"), container.stored("Documents/shared"))] {
+                #expect(mkdir(folder, 0o777) == 0 && chmod(folder, 0o777) == 0)
+                for way in ways {
+                    let path = folder + "/" + way
+                    let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+                    #expect(fd >= 0 && write(fd, "data", 4) == 4 && close(fd) == 0)
+                    #expect(chown(path, alice.uid, alice.gid) == 0)
+                    #expect(chmod(path, 0o6777) == 0)
+                }
+                let results = try probe(as: Self.alice, root: folder, """
+                    check("write", lambda: write(M + "/write", b"x", os.O_WRONLY))
+                    check("append", lambda: write(M + "/append", b"x", os.O_WRONLY | os.O_APPEND))
+                    check("truncate", lambda: os.truncate(M + "/truncate", 1))
+                    check("open-trunc", lambda: os.close(os.open(M + "/open-trunc", os.O_WRONLY | os.O_TRUNC)))
+                    check("chown", lambda: os.chown(M + "/chown", os.getuid(), os.getgid()))
+                    """)
+                #expect(results == ["write": "ok", "append": "ok", "truncate": "ok", "open-trunc": "ok", "chown": "ok"], "\(label): \(results)")
+                let fd = open(folder + "/root-write", O_WRONLY)
+                #expect(fd >= 0 && write(fd, "x", 1) == 1 && close(fd) == 0)
+                for way in ways {
+                    var info = stat()
+                    #expect(stat(stored + "/" + way, &info) == 0)
+                    modes[label, default: [:]][way] = info.st_mode & 0o7777
+                }
+            }
+            #expect(modes["native"]?["write"] == 0o777, "native clears both bits: \(modes)")
+            #expect(modes["native"]?["root-write"] == 0o6777, "native keeps them for root: \(modes)")
+            #expect(modes["mount"] == modes["native"])
+        }
+    }
 }
 
 /// Lets everyone reach the mount point's parent folder (mkdtemp made it 0700), so that

@@ -37,10 +37,17 @@ void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned 
 // - FUSE over io_uring (Linux 6.14+, when the fuse module's enable_uring is on, for a
 //   daemon running as root): requests come through one ring per CPU instead of /dev/fuse
 //   (see ring.h).
+// - FUSE_HANDLE_KILLPRIV_V2: the daemon clears set-ID bits when an unprivileged caller
+//   writes, truncates or chowns a file; the read hook keeps the request's flag for it.
 
 /// Routes the mounted session's I/O through the hooks. Each feature is asked for in the
 /// INIT reply when wanted and offered by the kernel.
 int cfuse_use_kernel_features(struct fuse_session *se, bool passthrough, bool uring);
+
+/// Whether the OPEN, CREATE or WRITE this thread serves asks the daemon to clear the
+/// file's set-ID bits (FUSE_HANDLE_KILLPRIV_V2: the caller lacks CAP_FSETID), a flag
+/// libfuse 3.14 does not pass on. SETATTR carries it in to_set (FUSE_SET_ATTR_KILL_SUID).
+bool cfuse_request_kills_suidgid(void);
 
 /// Whether the kernel agreed to passthrough in INIT (and still grants backing files).
 bool cfuse_passthrough_active(void);
