@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The ContainerFS benchmark: the same workloads, in one run, on native ext4, bindfs,
-libfuse's passthrough_hp and a ContainerFS mount (in Documents/ and in Library/Caches/), as medians with min-max and
-the ratio to native. Driven by bench/run.sh; docs/benchmarks.md explains the figures.
+libfuse's passthrough_hp and ContainerFS mounts (Documents/ and Library/Caches/ through
+/dev/fuse, Documents/ through io_uring), as medians with min-max and the ratio to native.
+Driven by bench/run.sh; docs/benchmarks.md explains the figures.
 
 Only the standard library is used. Must run as root (drop_caches, mounts).
 """
@@ -278,55 +279,61 @@ class Native(Target):
         os.makedirs(self.workdir)
 
 
-class Bindfs(Target):
-    key, label = "bindfs", "bindfs"
+class Mirror(Target):
+    """A peer: a FUSE daemon mirroring a plain folder of the same disk."""
+    unmount_with = ""   # the fusermount of the daemon's libfuse
 
-    def __init__(self, root):
+    def __init__(self, root, name):
         super().__init__()
-        self.source = os.path.join(root, "bindfs-src")
-        self.mountpoint = os.path.join(root, "bindfs-mnt")
+        self.source = os.path.join(root, f"{name}-src")
+        self.mountpoint = os.path.join(root, f"{name}-mnt")
         self.workdir = self.mountpoint
         self.daemons = []
 
+    def command(self):
+        """The mount command, or raises BenchError saying what is missing."""
+        raise NotImplementedError
+
     def setup(self):
-        if not shutil.which("bindfs"):
-            raise BenchError("bindfs is not installed (scripts/install-deps.sh --bench)")
+        command = self.command()
         os.makedirs(self.source)
         os.makedirs(self.mountpoint)
-        run(["bindfs", self.source, self.mountpoint], timeout=30)
+        run(command, timeout=30)
         wait_mounted(self.mountpoint, 10)
         self.daemons = daemon_pids(self.mountpoint)
 
     def teardown(self):
-        unmount(self.mountpoint, [["fusermount", "-u", self.mountpoint],
+        unmount(self.mountpoint, [[self.unmount_with, "-u", self.mountpoint],
                                   ["umount", self.mountpoint]], self.daemons)
 
 
-class PassthroughHP(Target):
+class Bindfs(Mirror):
+    key, label = "bindfs", "bindfs"
+    unmount_with = "fusermount"   # Debian's bindfs links libfuse 2
+
+    def __init__(self, root):
+        super().__init__(root, "bindfs")
+
+    def command(self):
+        if not shutil.which("bindfs"):
+            raise BenchError("bindfs is not installed (scripts/install-deps.sh --bench)")
+        return ["bindfs", self.source, self.mountpoint]
+
+
+class PassthroughHP(Mirror):
     """libfuse's passthrough_hp, as it runs by default (writeback cache, 86,400 s timeouts,
     splice, default_permissions): the peer the speed goals quote."""
     key, label = "passthrough_hp", "passthrough_hp"
+    unmount_with = "fusermount3"
 
     def __init__(self, root, binary):
-        super().__init__()
+        super().__init__(root, "hp")
         self.binary = binary
-        self.source = os.path.join(root, "hp-src")
-        self.mountpoint = os.path.join(root, "hp-mnt")
-        self.workdir = self.mountpoint
-        self.daemons = []
 
-    def setup(self):
+    def command(self):
         if not self.binary or not os.access(self.binary, os.X_OK):
             raise BenchError("passthrough_hp was not built (bench/passthrough_hp.sh; BENCH_PASSTHROUGH_HP)")
-        os.makedirs(self.source)
-        os.makedirs(self.mountpoint)
-        run([self.binary, self.source, self.mountpoint], timeout=30)
-        wait_mounted(self.mountpoint, 10)
-        self.daemons = daemon_pids(self.mountpoint)
-
-    def teardown(self):
-        unmount(self.mountpoint, [["fusermount3", "-u", self.mountpoint],
-                                  ["umount", self.mountpoint]], self.daemons)
+        return [self.binary, self.source, self.mountpoint]
 
 
 class ContainerfsMount:
