@@ -47,7 +47,7 @@ void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned 
     conn->time_gran = 1;
 }
 
-// MARK: Kernel features libfuse 3.14 lacks: passthrough and FUSE over io_uring
+// MARK: Kernel features libfuse 3.14 lacks: passthrough, FUSE over io_uring, KILLPRIV_V2
 
 static bool passthrough_wanted, uring_wanted;
 static _Atomic int device_fd = -1;
@@ -60,11 +60,11 @@ static _Thread_local int pending_backing_id; // for the reply this thread is abo
 static _Thread_local bool request_kills_suidgid; // the request this thread serves
 
 void note_request(const void *request, size_t size) {
-    const struct kernel_in_header *in = request;
-    const void *argument = in + 1;
-    size_t argument_size = size >= sizeof *in ? size - sizeof *in : 0;
     request_kills_suidgid = false;
+    const struct kernel_in_header *in = request;
     if (size < sizeof *in) return;
+    const void *argument = in + 1;
+    size_t argument_size = size - sizeof *in;
     switch (in->opcode) {
     case KERNEL_FUSE_INIT:
         if (argument_size >= sizeof(struct kernel_init_in)) {
