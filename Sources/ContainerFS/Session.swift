@@ -43,8 +43,9 @@ public struct MountOptions: Sendable {
     public static func parse(_ text: [String]) throws(UserError) -> MountOptions {
         var options = MountOptions()
         for item in text.flatMap({ $0.split(separator: ",").map(String.init) }) {
-            let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
-            switch parts[0] {
+            // Empty pieces kept: "=" is a name "" and a value "", refused below, not a trap.
+            let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            switch parts.first ?? "" {
             case "allow_other": options.allowOther = true
             case "writeback", "writeback_cache": options.writeback = true
             case "nopassthrough": options.passthrough = false
