@@ -152,7 +152,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
-            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(ino) }   // a truncating open
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }   // a truncating open
             let backing = fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT { close(fd) }
@@ -164,7 +164,7 @@ func makeOperations() -> fuse_lowlevel_ops {
             var (entry, fd, directIO) = cfuse_request_is_tmpfile()
                 ? try fs.tmpfile(caller(request), parent, mode, cfuse_open_flags(info))
                 : try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
-            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(entry.ino) }   // it truncated a file
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), entry.ino) }   // it truncated a file
             let backing = fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { close(fd) }
@@ -176,7 +176,7 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.write = { request, ino, buffer, size, offset, info in
         // Only a descriptor opened for writing, after the policy allowed it, receives writes.
-        if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(ino) }
+        if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(caller(request), ino) }
         let written = pwrite(handle(info), buffer, size, offset)
         if written < 0 { fuse_reply_err(request, errno) } else { fuse_reply_write(request, written) }
     }

@@ -131,7 +131,7 @@ final class FileSystem: @unchecked Sendable {
         }
         // A truncate or chown by a caller without CAP_FSETID carries the kill flag, after
         // an operation the policy allowed.
-        if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { dropSetIDBits(ino) }
+        if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { dropSetIDBits(caller, ino) }
         if toSet == 0 { try clearSetIDBitsAsked(caller, node, location) }
         return try attributes(node)
     }
@@ -147,7 +147,7 @@ final class FileSystem: @unchecked Sendable {
     private func clearSetIDBitsAsked(_ caller: Caller, _ node: Inode, _ location: Location) throws(Errno) {
         guard node.type == S_IFREG else { return }
         let info = try attributes(node)
-        let mode = Self.modeWithoutSetIDBits(info.st_mode)
+        let mode = Self.modeWithoutSetIDBits(info, for: caller)
         guard mode != info.st_mode & 0o7777 else { return }
         guard caller.uid == 0 || caller.uid == info.st_uid || Self.mayWrite(caller, info) else { throw Errno(EPERM) }
         try check(.changeMetadata(location), caller, "chown", [(path(node), location)])
@@ -161,24 +161,29 @@ final class FileSystem: @unchecked Sendable {
         return info.st_mode & S_IWOTH != 0
     }
 
-    /// `mode`'s permission bits without set-user-ID, and without set-group-ID when the
-    /// file is group-executable (without it, the bit means mandatory locking, which stays).
-    private static func modeWithoutSetIDBits(_ mode: mode_t) -> mode_t {
-        var result = mode & 0o7777 & ~S_ISUID
-        if result & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP { result &= ~S_ISGID }
+    /// A file's permission bits without the set-ID bits Linux clears for `caller` (who
+    /// lacks CAP_FSETID) when it writes, truncates or chowns the file
+    /// (`setattr_should_drop_suidgid`): set-user-ID always; set-group-ID when the file is
+    /// group-executable, or when the caller is not in the file's group.
+    private static func modeWithoutSetIDBits(_ info: stat, for caller: Caller) -> mode_t {
+        var result = info.st_mode & 0o7777 & ~S_ISUID
+        if result & S_ISGID != 0,
+           result & S_IXGRP != 0 || (caller.gid != info.st_gid && !caller.isMember(of: info.st_gid)) {
+            result &= ~S_ISGID
+        }
         return result
     }
 
-    /// Clears set-user-ID, and set-group-ID of a group-executable file, as Linux does when
-    /// a caller without CAP_FSETID writes, truncates or chowns a file: the kernel leaves it
-    /// to the daemon (FUSE_HANDLE_KILLPRIV_V2), whose own calls keep the bits. Best effort,
-    /// like the kernel's: the change itself has happened; a daemon that may not chmod the
-    /// file (an ordinary user's, on another user's file) leaves them.
-    func dropSetIDBits(_ ino: fuse_ino_t) {
+    /// Clears the set-ID bits Linux clears when `caller`, without CAP_FSETID, writes,
+    /// truncates or chowns a file: the kernel leaves it to the daemon
+    /// (FUSE_HANDLE_KILLPRIV_V2), whose own calls keep the bits. Best effort, like the
+    /// kernel's: the change itself has happened; a daemon that may not chmod the file (an
+    /// ordinary user's, on another user's file) leaves them.
+    func dropSetIDBits(_ caller: Caller, _ ino: fuse_ino_t) {
         let node = inodes.inode(ino)
         var info = stat()
         guard node.type == S_IFREG, fstatat(node.fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return }
-        let mode = Self.modeWithoutSetIDBits(info.st_mode)
+        let mode = Self.modeWithoutSetIDBits(info, for: caller)
         if mode != info.st_mode & 0o7777 { _ = clinux_fchmod_path_fd(node.fd, mode) }
     }
 
