@@ -149,6 +149,7 @@ struct PosixTests {
             #expect(mkdir(native, 0o755) == 0 && chmod(native, 0o777) == 0)
             #expect(mkdir(container.mounted("Documents/posix"), 0o777) == 0 && chmod(container.mounted("Documents/posix"), 0o777) == 0)
             var failed: [String] = []
+            var calls = 0
             for check in Self.checks {
                 let nativeFolder = native + "/" + check.name.replacingOccurrences(of: " ", with: "-")
                 let mountFolder = container.mounted("Documents/posix/" + check.name.replacingOccurrences(of: " ", with: "-"))
@@ -157,6 +158,7 @@ struct PosixTests {
                 let expected = try pythonProbe(Self.prelude + check.code, [nativeFolder])
                 let got = try pythonProbe(Self.prelude + check.code, [mountFolder])
                 #expect(!expected.isEmpty, "\(check.name) ran no call")
+                calls += expected.count
                 for (label, value) in expected.sorted(by: { $0.key < $1.key }) {
                     let shortLabel = label.replacingOccurrences(of: nativeFolder, with: "")
                     let mounted = got[label.replacingOccurrences(of: nativeFolder, with: mountFolder)]
@@ -168,7 +170,7 @@ struct PosixTests {
                 Self.expectKnownNativeResults(check.name, expected, nativeFolder)
             }
             #expect(daemonIsAlive(container))
-            print("POSIX checks \(options): \(Self.checks.count) checks, failed: \(Set(failed).sorted())")
+            print("POSIX checks \(options): \(Self.checks.count) checks, \(calls) calls, failed: \(Set(failed).sorted())")
         }
     }
 
