@@ -316,21 +316,8 @@ final class FileSystem: @unchecked Sendable {
         Tagging.created(fd, location)
         do throws(Errno) {
             let pathFD = try sys { clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC) }
-            var info = stat()
-            if fstat(pathFD, &info) != 0 {
-                let error = Errno.current
-                Glibc.close(pathFD)
-                throw error
-            }
-            // Named as Linux names it in /proc (`#INODE`) until it is linked somewhere.
-            let name = Array("#\(info.st_ino)".utf8)
-            let node = inodes.remember(fd: pathFD, info: info, parent: directory, name: name, location: location)
-            var param = fuse_entry_param()
-            param.ino = inodes.ino(node)
-            param.attr = info
-            param.attr_timeout = timeouts.attributes
-            param.entry_timeout = timeouts.entry
-            try handOver(caller, directory, node, &param)
+            var param = try entry(holding: pathFD, in: directory, named: nil, location)
+            try handOver(caller, directory, inodes.inode(param.ino), &param)
             return (param, fd, flags & clinux_O_DIRECT != 0)
         } catch {
             Glibc.close(fd)
@@ -537,13 +524,20 @@ final class FileSystem: @unchecked Sendable {
     /// Looks `name` up in `directory` and tells the kernel about it.
     private func entry(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
         let fd = try sys { openat(directory.fd, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+        return try entry(holding: fd, in: directory, named: childName, location)
+    }
+
+    /// Tells the kernel about the node `fd` (an `O_PATH` descriptor, owned from here on)
+    /// found in `directory`. An unnamed node (`O_TMPFILE`) is named as Linux names it in
+    /// /proc, `#INODE`, until it is linked somewhere.
+    private func entry(holding fd: Int32, in directory: Inode, named name: [UInt8]?, _ location: Location) throws(Errno) -> fuse_entry_param {
         var info = stat()
         if fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 {
             let error = Errno.current
             Glibc.close(fd)
             throw error
         }
-        let node = inodes.remember(fd: fd, info: info, parent: directory, name: childName, location: location)
+        let node = inodes.remember(fd: fd, info: info, parent: directory, name: name ?? Array("#\(info.st_ino)".utf8), location: location)
         var param = fuse_entry_param()
         param.ino = inodes.ino(node)
         param.attr = info
