@@ -12,6 +12,7 @@
 // Defined in linux.c, where _GNU_SOURCE is in force; Swift's importer does not see it.
 extern const int clinux_O_PATH;
 extern const int clinux_O_DIRECT;
+extern const int clinux_O_TMPFILE;
 extern const int clinux_AT_EMPTY_PATH;
 extern const unsigned clinux_RENAME_NOREPLACE;
 extern const unsigned clinux_RENAME_EXCHANGE;
@@ -62,6 +63,11 @@ ssize_t clinux_node_listxattr(int fd, char *list, size_t size);
 int clinux_node_truncate(int fd, off_t length);
 /// A new name `name` in `dirfd` for the node `fd` names (linkat(2)).
 int clinux_node_link(int fd, int dirfd, const char *name);
+
+/// Sets the umask of the calling thread only: the first call gives the thread its own
+/// fs_struct (unshare CLONE_FS: umask, root and working directory), so threads creating
+/// files for callers with different umasks do not race over the process's one.
+int clinux_use_umask(mode_t mask);
 
 /// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
 int clinux_setfsuid(uid_t uid);
