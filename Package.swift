@@ -63,7 +63,7 @@ let package = Package(
         .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerPurgeTests", dependencies: ["ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerRunTests", dependencies: ["ContainerRun", "ContainerStore", "ContainerPolicy"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
     ],
     swiftLanguageModes: [.v6]
 )
