@@ -4,10 +4,10 @@ import Glibc
 
 /// What a program run by `containerfs run` sees of the host: the bubblewrap command line
 /// (Debian's `bubblewrap`, as Flatpak confines apps) and the environment.
-struct Sandbox {
+public struct Sandbox {
     /// Where the container is inside the sandbox: the program's home. Fixed, so that paths
     /// a program records (a virtualenv, a git worktree) stay valid from one run to the next.
-    static let home = "/home/app"
+    public static let home = "/home/app"
 
     /// The system folders shown read-only. On a merged-/usr system /bin, /sbin and /lib*
     /// are symlinks into /usr and are recreated as such.
@@ -17,7 +17,7 @@ struct Sandbox {
     /// The uid and gid a program started by root runs as inside, as an iOS app runs as
     /// `mobile` (501). The user namespace maps it to root outside, so what it makes through
     /// the mount still belongs to the caller; it has no capability either way.
-    static let appUserID = 501
+    public static let appUserID = 501
 
     /// The variables of the caller's environment the program gets (besides those `run`
     /// sets and those named with `--env`): how to find programs and how to talk to the
