@@ -230,6 +230,25 @@ struct RunConfinementTests {
         try expectCleanedUp(container)
     }
 
+    /// `-o nosetid` is what `run` relies on; a mount without it keeps what root asks for,
+    /// as a file system does.
+    @Test(arguments: [(["nosetid"], mode_t(0o755)), ([], mode_t(0o6755))])
+    func theNoSetIDMountOptionDropsTheBits(options: [String], expected: mode_t) throws {
+        try withMountedContainer(options: options) { container in
+            let made = container.mounted("Documents/tool")
+            #expect(FileManager.default.createFile(atPath: made, contents: Data("#!/bin/sh\n".utf8)))
+            #expect(chmod(made, 0o6755) == 0, "chmod: \(String(cString: strerror(errno)))")
+            let created = open(container.mounted("Documents/created"), O_CREAT | O_WRONLY, 0o6755)
+            #expect(created >= 0)
+            if created >= 0 { close(created) }
+            for name in ["tool", "created"] {
+                var info = stat()
+                #expect(stat(container.stored("Documents/" + name), &info) == 0)
+                #expect(info.st_mode & 0o7777 == expected, "\(name): \(String(info.st_mode & 0o7777, radix: 8))")
+            }
+        }
+    }
+
     // MARK: Environment
 
     @Test(arguments: runners)
