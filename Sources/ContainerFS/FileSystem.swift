@@ -254,7 +254,8 @@ final class FileSystem: @unchecked Sendable {
     func create(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "create", [(path(directory, childName), location)])
-        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permittedMode(mode, type: S_IFREG)) }
+        let permitted = permittedMode(mode, type: S_IFREG)
+        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
         Tagging.created(fd, location)
         do {
             let entry = try created(caller, directory, name, childName, location)

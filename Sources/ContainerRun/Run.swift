@@ -128,7 +128,9 @@ public struct Run {
         // Copies above every target first, so that no dup2 overwrites a descriptor still to be passed.
         let sources = passing.map { fcntl($0.fd, F_DUPFD_CLOEXEC, 64) }
         defer { sources.forEach { if $0 >= 0 { close($0) } } }
-        if let failed = sources.firstIndex(where: { $0 < 0 }) { throw UserError("cannot run \(path): descriptor \(passing[failed].fd): \(Errno.current)") }
+        if let failed = sources.firstIndex(where: { $0 < 0 }) {
+            throw UserError("cannot run \(path): descriptor \(passing[failed].fd): \(Errno.current)")
+        }
         for (source, item) in zip(sources, passing) { posix_spawn_file_actions_adddup2(&actions, source, item.as) }
         clinux_spawn_close_from(&actions, (passing.map(\.as).max() ?? 2) + 1)
         if let directory { clinux_spawn_chdir(&actions, directory) }

@@ -116,7 +116,8 @@ public struct Sandbox {
         // kernel lets a root uid write a sysctl with no capability (kernel.core_pattern
         // runs a program as root on the host): read-only, as the host's view of this
         // sandbox's namespaces. /proc/sysrq-trigger likewise, where the kernel has it.
-        arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+        arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+        arguments += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
         arguments += ["--dev", "/dev", "--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
         // The container; its tmp is also /tmp.
         arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]

@@ -39,7 +39,9 @@ struct RunCommand: ParsableCommand {
     @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
     var bindReadOnly: [String] = []
 
-    @Option(name: .customLong("env"), help: ArgumentHelp("Pass a variable of this environment (NAME) or set one (NAME=VALUE) for the program (repeatable).", valueName: "NAME[=VALUE]"))
+    @Option(name: .customLong("env"),
+            help: ArgumentHelp("Pass a variable of this environment (NAME) or set one (NAME=VALUE) for the program (repeatable).",
+                               valueName: "NAME[=VALUE]"))
     var environmentItems: [String] = []
 
     @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")

@@ -170,8 +170,8 @@ struct RunConfinementTests {
     @Test(arguments: runners)
     func aHostProcessCannotBeSeenSignalledOrTraced(runner: String?) throws {
         let container = try MountedContainer(user: runner)
-        let host = try BackgroundProgram(runner.map { ["/usr/bin/setpriv", "--reuid=\($0)", "--regid=\($0)", "--init-groups", "--", "sleep", "60"] }
-                                         ?? ["/usr/bin/sleep", "60"])
+        let asRunner = runner.map { ["/usr/bin/setpriv", "--reuid=\($0)", "--regid=\($0)", "--init-groups", "--"] } ?? []
+        let host = try BackgroundProgram((asRunner.isEmpty ? ["/usr/bin/sleep"] : asRunner + ["sleep"]) + ["60"])
         defer { kill(host.pid, SIGKILL); _ = host.wait(seconds: 5) }
         let pid = host.pid
         let script = """
@@ -265,13 +265,15 @@ struct RunConfinementTests {
         #expect(!plain.stdout.contains("secret-value") && !plain.stdout.contains("token-value"))
         #expect(names.contains("LANG") && names.contains("PATH") && names.contains("HOME"), "\(plain.stdout)")
 
-        let passed = try runProgram([containerfsBinary, "run", container.store, "--env", "GITHUB_TOKEN", "--env", "MODE=test=1", "--env", "UNSET_NAME",
-                                     "--", "sh", "-c", #"echo "$GITHUB_TOKEN|$MODE|${UNSET_NAME-unset}|${AWS_SECRET_ACCESS_KEY-unset}""#],
+        let printed = #"echo "$GITHUB_TOKEN|$MODE|${UNSET_NAME-unset}|${AWS_SECRET_ACCESS_KEY-unset}""#
+        let passed = try runProgram([containerfsBinary, "run", container.store, "--env", "GITHUB_TOKEN", "--env", "MODE=test=1",
+                                     "--env", "UNSET_NAME", "--", "sh", "-c", printed],
                                     user: runner, environment: environment)
         #expect(passed.status == 0, "\(passed)")
         #expect(passed.stdout == "github-token-value|test=1|unset|unset\n", "\(passed)")
 
-        let misuse = try runProgram([containerfsBinary, "run", container.store, "--env", "=value", "--", "true"], user: runner, environment: environment)
+        let misuse = try runProgram([containerfsBinary, "run", container.store, "--env", "=value", "--", "true"],
+                                    user: runner, environment: environment)
         #expect(misuse.status == 64, "\(misuse)")
         #expect(misuse.stderr.contains("--env =value names no variable"), "\(misuse.stderr)")
         try expectCleanedUp(container)
