@@ -5,12 +5,12 @@ import Glibc
 extension Store {
     /// Makes a new container at `path` holding a copy of the bundle at `bundlePath`.
     ///
-    /// The container is built in a hidden sibling and renamed into place only when
-    /// complete, so a failure leaves nothing behind. `path` must not exist or be empty.
+    /// The container is built in a hidden sibling with an unpredictable name and renamed
+    /// into place only when complete, so a failure leaves nothing behind. `path` must not exist or be empty.
     /// `seal` runs on the complete staging store just before its format marker is written
     /// (ContainerSigning's `create(at:bundle:installerKey:)` records and signs the bundle there).
     public static func create(at path: String, bundle bundlePath: String, seal: Seal? = nil) throws(UserError) -> Store {
-        let bundleName = try checkBundle(bundlePath)
+        _ = try checkBundle(bundlePath)
         let (parentPath, leaf) = splitParent(path)
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
@@ -19,9 +19,27 @@ extension Store {
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: path)
 
-        let staging = Array(".\(String(decoding: leaf, as: UTF8.self)).creating-\(getpid())".utf8)
+        let staging = try buildAside(in: parentFD, beside: leaf, "creating", bundle: bundlePath, seal: seal, path: path)
         do {
-            try withCName(staging) { (name) throws(Errno) in _ = try sys { mkdirat(parentFD, name, 0o755) } }
+            try withCName(staging) { (from) throws(Errno) in
+                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
+            }
+        } catch {
+            removeTree(at: parentFD, staging)
+            throw UserError("cannot create \(path): \(error)")
+        }
+        return try open(path)
+    }
+
+    /// Builds a whole container in a new hidden folder of `parentFD` beside `leaf`, under
+    /// an unpredictable name (`.LEAF.PURPOSE-XXXXXXXXXXXX`, see `StagingName`), and returns
+    /// that name; a failure leaves nothing behind. `path` names the target for messages.
+    public static func buildAside(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
+                                  seal: Seal?, path: String) throws(UserError) -> [UInt8] {
+        let bundleName = try checkBundle(bundlePath)
+        let staging: [UInt8]
+        do {
+            staging = try StagingName.create(beside: leaf, purpose) { mkdirat(parentFD, $0, 0o755) }.name
         } catch {
             throw UserError("cannot create \(path): \(error)")
         }
@@ -29,15 +47,12 @@ extension Store {
             let stagingFD = try openDirectory(at: parentFD, staging)
             defer { close(stagingFD) }
             try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
-            try withCName(staging) { (from) throws(Errno) in
-                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
-            }
         } catch {
             removeTree(at: parentFD, staging)
             if let error = error as? UserError { throw error }
             throw UserError("cannot create \(path): \(error)")
         }
-        return try open(path)
+        return staging
     }
 
     /// A last step of `create` on the staging store: its root and state folder descriptors
