@@ -36,6 +36,9 @@ final class FileSystem: @unchecked Sendable {
     /// Whether the kernel caches writes (`-o writeback`): then the store file must be
     /// readable to fill pages, and the kernel keeps `O_APPEND` itself.
     var writeback = false
+    /// Whether set-user-ID and set-group-ID bits are dropped from every mode a caller gives
+    /// a file that is not a folder (`-o nosetid`, which `run` uses).
+    var noSetID = false
     /// A root daemon creates files as root; they are handed to the caller afterwards.
     private let daemonIsRoot = geteuid() == 0
 
@@ -106,8 +109,9 @@ final class FileSystem: @unchecked Sendable {
         if toSet & FUSE_SET_ATTR_MODE != 0 {
             // Linux has no mode on symlinks; fchmodat2 on the O_PATH descriptor changes
             // the node itself and never follows it.
-            if let fh { try sys { fchmod(fh, attr.st_mode & 0o7777) } }
-            else { try sys { clinux_fchmod_path_fd(node.fd, attr.st_mode & 0o7777) } }
+            let mode = permittedMode(attr.st_mode, type: node.type)
+            if let fh { try sys { fchmod(fh, mode) } }
+            else { try sys { clinux_fchmod_path_fd(node.fd, mode) } }
         }
         if toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 {
             let uid = toSet & FUSE_SET_ATTR_UID != 0 ? attr.st_uid : uid_t.max
@@ -187,6 +191,13 @@ final class FileSystem: @unchecked Sendable {
         if mode != info.st_mode & 0o7777 { _ = clinux_fchmod_path_fd(node.fd, mode) }
     }
 
+    /// The permission bits of `mode` a node of `type` may get: without set-user-ID and
+    /// set-group-ID on anything but a folder under `nosetid`.
+    private func permittedMode(_ mode: mode_t, type: mode_t) -> mode_t {
+        let bits = mode & 0o7777
+        return noSetID && type != S_IFDIR ? bits & ~(S_ISUID | S_ISGID) : bits
+    }
+
     func readlink(_ ino: fuse_ino_t) throws(Errno) -> [CChar] {
         let node = inodes.inode(ino)
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
@@ -210,7 +221,7 @@ final class FileSystem: @unchecked Sendable {
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
         try useUmask(of: caller)
-        try sys { mknodat(directory.fd, name, mode, device) }
+        try sys { mknodat(directory.fd, name, type | permittedMode(mode, type: type), device) }
         return try created(caller, directory, name, childName, location)
     }
 
@@ -289,7 +300,8 @@ final class FileSystem: @unchecked Sendable {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "create", [(path(directory, childName), location)])
         try useUmask(of: caller)
-        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) }
+        let permitted = permittedMode(mode, type: S_IFREG)
+        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
         Tagging.created(fd, location)
         do {
             let entry = try created(caller, directory, name, childName, location)
@@ -312,7 +324,7 @@ final class FileSystem: @unchecked Sendable {
         try useUmask(of: caller)
         // Never O_EXCL in the store: whether the file may be linked is for the kernel to
         // decide on the mount's inode (it refuses linkat for O_EXCL there).
-        let fd = try sys { openat(directory.fd, ".", storeFlags(flags) | clinux_O_TMPFILE | O_CLOEXEC, mode) }
+        let fd = try sys { openat(directory.fd, ".", storeFlags(flags) | clinux_O_TMPFILE | O_CLOEXEC, permittedMode(mode, type: S_IFREG)) }
         Tagging.created(fd, location)
         do throws(Errno) {
             let pathFD = try sys { clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC) }

@@ -22,6 +22,10 @@ public struct MountOptions: Sendable {
     public var maxThreads: UInt32 = 16
     /// Print every FUSE request (libfuse's `-d`).
     public var debug = false
+    /// Never set a set-user-ID or set-group-ID bit on a file that is not a folder (`nosetid`):
+    /// chmod, create and mknod drop them. `run` mounts with it, so that a program root ran
+    /// cannot leave a root set-user-ID program in the store.
+    public var noSetID = false
     /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
@@ -49,6 +53,7 @@ public struct MountOptions: Sendable {
             case "allow_other": options.allowOther = true
             case "writeback", "writeback_cache": options.writeback = true
             case "nopassthrough": options.passthrough = false
+            case "nosetid": options.noSetID = true
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
@@ -112,6 +117,7 @@ public final class Session {
             throw UserError("cannot read store \(store.path): \(error)")
         }
         fileSystem.writeback = options.writeback
+        fileSystem.noSetID = options.noSetID
         if options.uring == .on { try Self.switchOnKernelUring() }
         Tagging.mounted(store)
 
