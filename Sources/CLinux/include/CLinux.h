@@ -67,4 +67,12 @@ int clinux_node_link(int fd, int dirfd, const char *name);
 int clinux_setfsuid(uid_t uid);
 int clinux_setfsgid(gid_t gid);
 
+/// Registers the shared file mapping [base, base + length), mapped with `protection`, so
+/// that a page of it past the end of its file (someone truncated the file) becomes a
+/// private zero-filled page instead of killing the process with SIGBUS (mapping_guard.c).
+/// 0, or -1 with errno (ENOSPC: 64 mappings are registered already).
+int clinux_guard_mapping(void *base, size_t length, int protection);
+/// Forgets a mapping registered with clinux_guard_mapping; call it before munmap(2).
+void clinux_unguard_mapping(void *base);
+
 #endif
