@@ -62,7 +62,8 @@ func formatBytes(_ bytes: Int64) -> String {
 
 /// Seconds as `M:SS` (or `H:MM:SS`).
 func formatDuration(_ seconds: Double) -> String {
-    let total = Int(seconds.rounded(.up))
+    // A stalled transfer of a huge (sparse) archive estimates more seconds than Int holds.
+    let total = seconds.isFinite ? Int(min(max(seconds.rounded(.up), 0), 1e9)) : 0
     let (hours, minutes, secs) = (total / 3600, total / 60 % 60, total % 60)
     let twoDigits = { (value: Int) in value < 10 ? "0\(value)" : "\(value)" }
     return hours > 0 ? "\(hours):\(twoDigits(minutes)):\(twoDigits(secs))" : "\(minutes):\(twoDigits(secs))"

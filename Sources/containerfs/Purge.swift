@@ -82,7 +82,7 @@ struct PurgeCommand: ParsableCommand {
         }
         if let olderThan {
             guard let seconds = Quantity.seconds(olderThan) else {
-                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d")
+                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d, of at most 292 years")
             }
             options.olderThan = seconds
         }
