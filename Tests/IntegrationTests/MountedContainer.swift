@@ -133,12 +133,16 @@ final class MountedContainer: @unchecked Sendable {
         }
     }
 
-    /// Waits until the audit log has at least `count` records (it is written asynchronously).
+    /// Waits until the audit log has at least `count` records (it is written
+    /// asynchronously); throws if it has fewer after `seconds`.
     func waitForAudit(count: Int, seconds: Double = 5) throws -> [[String: Any]] {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
             let records = try auditRecords()
-            if records.count >= count || Date() > deadline { return records }
+            if records.count >= count { return records }
+            if Date() > deadline {
+                throw TestFailure("the audit log has \(records.count) record(s) after \(seconds) s, not the \(count) expected: \(records)")
+            }
             usleep(20_000)
         }
     }
@@ -225,7 +229,9 @@ func errnoOf(_ call: () -> Int32) -> Int32 {
 }
 
 /// The SHA-256 of every file under `path` (via sha256sum), to show a tree did not change.
+/// Throws if any part fails: "unchanged" must not mean "unreadable both times".
 func treeDigest(_ path: String) throws -> String {
-    let result = try runProgram(["sh", "-c", "cd \"$1\" && find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum", "sh", path])
+    let result = try runProgram(["bash", "-o", "pipefail", "-c", "cd \"$1\" && find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum", "bash", path])
+    guard result.status == 0, result.stderr.isEmpty else { throw TestFailure("cannot digest \(path): \(result)") }
     return result.stdout
 }

@@ -89,7 +89,7 @@ struct UringTests {
     /// caller's CPU must not starve them (a starved queue waits seconds per request).
     @Test func aBusyLoopOnTheCallersCPUDoesNotStallRequests() throws {
         try withKernelSwitch(true) {
-            _ = try foregroundDaemonLog("uring") { container in
+            let log = try foregroundDaemonLog("debug,uring") { container in
                 let busy = try BackgroundProgram(["/usr/bin/taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
                 defer {
                     kill(busy.pid, SIGKILL)
@@ -102,6 +102,9 @@ struct UringTests {
                 #expect(result.stdout == "500\n", "\(result)")
                 #expect(seconds < 20, "500 creates took \(seconds) s")
             }
+            // The creates came through the rings, not a silent fall-back to /dev/fuse.
+            let served = try #require(servedThroughRings(log), "no io_uring line in the daemon's log")
+            #expect(served > 500, "\(served) requests through io_uring for 500 creates")
         }
     }
 }
