@@ -1,6 +1,7 @@
 import CFuse
 import CLinux
 import ContainerPolicy
+import ContainerPurge
 import ContainerStore
 import Glibc
 import Synchronization

@@ -1,5 +1,7 @@
 import ArgumentParser
+import ContainerBackup
 import ContainerPolicy
+import ContainerSigning
 import ContainerStore
 import Foundation
 
@@ -41,7 +43,7 @@ struct BackupCommand: ParsableCommand {
                 return
             }
             let bar = ProgressBar("backup")
-            let summary: ContainerStore.BackupSummary
+            let summary: ContainerBackup.BackupSummary
             do {
                 summary = try Backup.write(opened, set: set, to: archive!) { bar.update($0, $1) }
                 bar.finish()

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerSigning
 import ContainerStore
 
 struct Create: ParsableCommand {

@@ -1,6 +1,8 @@
 import ArgumentParser
 import CLinux
 import ContainerFS
+import ContainerRun
+import ContainerSigning
 import ContainerStore
 import Foundation
 import Glibc

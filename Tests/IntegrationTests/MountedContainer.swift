@@ -1,3 +1,4 @@
+import ContainerStore
 import Foundation
 import Glibc
 import Testing
@@ -79,6 +80,8 @@ final class MountedContainer: @unchecked Sendable {
     let bundleName = "Demo.app"
     /// The user the mount belongs to (nil: root, the test runner).
     let user: String?
+    /// The `-o` options of the latest `mount`.
+    private var mountOptions: [String] = []
 
     /// Makes the store. The bundle holds `Info.plist`, `res/data.txt`, a symlink `link`.
     init(user: String? = nil) throws {
@@ -111,17 +114,30 @@ final class MountedContainer: @unchecked Sendable {
     func mount(options: [String] = []) throws {
         let result = try containerfs(["mount", store, mountpoint] + options.flatMap { ["-o", $0] }, user: user)
         guard result.status == 0 else { throw TestFailure("containerfs mount failed: \(result)") }
+        mountOptions = options
         guard isMountPoint(mountpoint) else { throw TestFailure("mount returned but \(mountpoint) is not a mount point") }
     }
 
     /// Unmounts, tolerating a busy mount for a while, then lazily; never throws.
     func unmount() {
+        expectRequestsThroughRings()
         for _ in 0..<20 {
             guard isMountPoint(mountpoint) || isDeadMount(mountpoint) else { return }
             if (try? containerfs(["unmount", mountpoint], user: user))?.status == 0 { return }
             usleep(100_000)
         }
         _ = try? runProgram(["fusermount3", "-uz", mountpoint])
+    }
+
+    /// In the io_uring pass of `scripts/run-tests.sh` (`CONTAINERFS_TEST_URING=1`), a live
+    /// root daemon mounted without `nouring` must have served requests through the rings: a
+    /// silent fall-back to /dev/fuse fails the test instead of passing it on /dev/fuse.
+    private func expectRequestsThroughRings() {
+        guard ProcessInfo.processInfo.environment["CONTAINERFS_TEST_URING"] == "1", user == nil,
+              !mountOptions.contains(where: { $0.contains("nouring") }), isMountPoint(mountpoint), !isDeadMount(mountpoint),
+              let opened = try? Store.open(store), let served = try? ControlChannel.requestsServedThroughRings(opened)
+        else { return }
+        #expect(served > 0, "the io_uring pass: the daemon of \(mountpoint) served no request through io_uring")
     }
 
     /// The store's audit records, decoded from `containerfs audit --json`.

@@ -109,6 +109,27 @@ struct TagTests {
         #expect(FileManager.default.fileExists(atPath: container.stored("Library/Caches/future")))
     }
 
+    /// The store's owner truncates the use table while the daemon has it mapped: the next
+    /// opens of Caches and tmp files (each recorded in the table) must not kill the daemon
+    /// with SIGBUS, and the tags are all still there after the unmount.
+    @Test func aUseTableTruncatedWhileMountedDoesNotStopTheDaemon() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        try Purging.write(container.mounted("Library/Caches/before"), size: 10)
+        #expect(truncate(container.stored(".containerfs/uses"), 0) == 0)
+        for number in 0..<20 {
+            try Purging.write(container.mounted("Library/Caches/c\(number)"), size: 1)
+            try Purging.write(container.mounted("tmp/t\(number)"), size: 1)
+            try Purging.read(container.mounted("Library/Caches/before"))
+        }
+        #expect(!isDeadMount(container.mountpoint), "the daemon died")
+        #expect(Purging.listing(container.mounted("Library/Caches")).count == 21)
+        container.unmount()
+        let purged = try Purging.purge([container], ["--caches", "--dry-run"])
+        #expect(purged.paths.count == 21)
+    }
+
     /// After `kill -9` of the daemon the tags are exactly the files the store holds, in
     /// the order they were used; the next mount and unmount index them again.
     @Test func tagsSurviveKillingTheDaemon() throws {

@@ -1,5 +1,7 @@
 import CLinux
 import ContainerPolicy
+import ContainerSigning
+import ContainerStore
 import Crypto
 import Foundation
 import Glibc

@@ -4,10 +4,10 @@ import Glibc
 
 /// What a program run by `containerfs run` sees of the host: the bubblewrap command line
 /// (Debian's `bubblewrap`, as Flatpak confines apps) and the environment.
-struct Sandbox {
+public struct Sandbox {
     /// Where the container is inside the sandbox: the program's home. Fixed, so that paths
     /// a program records (a virtualenv, a git worktree) stay valid from one run to the next.
-    static let home = "/home/app"
+    public static let home = "/home/app"
 
     /// The system folders shown read-only. On a merged-/usr system /bin, /sbin and /lib*
     /// are symlinks into /usr and are recreated as such.

@@ -1,60 +1,38 @@
-import ArgumentParser
 import CLinux
+import ContainerSigning
 import ContainerStore
 import Foundation
 import Glibc
 
-struct Run: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Run a program inside a container, confined to it as an iOS app is.",
-        discussion: """
-            Mounts the container privately and runs PROGRAM under bubblewrap. It sees the
-            container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only;
-            a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the
-            host. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and XDG_DATA_HOME point into the
-            container and the working directory is HOME. The bundle is verified first, as
-            `mount` does: a tampered app does not run. The program has the standard streams
-            and the terminal; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to containerfs are passed
-            on to it. Afterwards tmp/ is purged, the denials of the run are counted on stderr,
-            and the container is unmounted, also when the program crashes or is killed. One
-            program runs in a container at a time. See docs/run.md.
+/// `containerfs run`: mounts a container privately, runs a program in it (under
+/// bubblewrap unless `noConfine`), and cleans up whatever happens to the program.
+public struct Run {
+    /// The container's store.
+    let store: String
+    /// Run without bubblewrap: the program sees the whole host.
+    let noConfine: Bool
+    /// No network inside: only a loopback interface.
+    let noNetwork: Bool
+    /// Host paths shown inside, read-only, at the same place.
+    let bindReadOnly: [String]
+    /// The installer key the bundle was signed with (nil: the default, docs/signing.md).
+    let key: String?
+    /// The program and its arguments.
+    let command: [String]
 
-            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
-            bubblewrap, with a line saying why) could not start it; 64 for a misuse.
-            """)
-
-    @Argument(help: "The container's store.")
-    var store: String
-
-    @Flag(help: "Run without bubblewrap: the program sees the whole host (HOME, TMPDIR, XDG_* and the working directory are still set).")
-    var noConfine = false
-
-    @Flag(help: "No network inside: only a loopback interface.")
-    var noNetwork = false
-
-    @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
-    var bindReadOnly: [String] = []
-
-    @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
-    var key: String?
-
-    @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
-    var command: [String] = []
-
-    func validate() throws {
-        if command.isEmpty { throw ValidationError("name the program to run after --: containerfs run STORE -- PROGRAM ARGS…") }
-        if noConfine, noNetwork { throw ValidationError("--no-network needs the confinement: drop --no-confine") }
-        if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
-    }
-
-    func run() throws {
-        var status: Int32 = 0
-        try reportingErrors { status = try runInContainer() }
-        if status != 0 { throw ExitCode(status) }
+    /// A run of `command` in the container at `store`; `command` is not empty, and
+    /// `noNetwork` and `bindReadOnly` need the confinement (the command line checks both).
+    public init(store: String, noConfine: Bool, noNetwork: Bool, bindReadOnly: [String], key: String?, command: [String]) {
+        self.store = store
+        self.noConfine = noConfine
+        self.noNetwork = noNetwork
+        self.bindReadOnly = bindReadOnly
+        self.key = key
+        self.command = command
     }
 
     /// Mounts the container, runs the program, cleans up; returns the program's exit status.
-    private func runInContainer() throws(UserError) -> Int32 {
+    public func runInContainer() throws(UserError) -> Int32 {
         let opened = try Store.open(store)
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
@@ -199,7 +177,7 @@ struct Run: ParsableCommand {
         for _ in 0..<20 {
             guard MountEntry.at(mountpoint) != nil else { return true }
             do {
-                try Unmount.unmount(mountpoint, lazy: false)
+                try MountDaemon.unmount(mountpoint, lazy: false)
                 return true
             } catch {
                 lastError = error
@@ -207,7 +185,7 @@ struct Run: ParsableCommand {
             }
         }
         if let lastError { warn(lastError.message + " (detaching it lazily)") }
-        _ = try? Unmount.unmount(mountpoint, lazy: true)
+        _ = try? MountDaemon.unmount(mountpoint, lazy: true)
         return false
     }
 

@@ -1,4 +1,5 @@
 import CLinux
+import ContainerStore
 import Glibc
 import Synchronization
 

@@ -1,0 +1,13 @@
+import ContainerStore
+
+extension Store {
+    /// Makes a new container at `path` holding a copy of the bundle at `bundlePath`, as
+    /// `create(at:bundle:)` does; with `installerKey`, the copied bundle's manifest is
+    /// recorded and signed (SPEC §5) before the store is complete.
+    public static func create(at path: String, bundle bundlePath: String, installerKey: InstallerKey?) throws(UserError) -> Store {
+        guard let installerKey else { return try create(at: path, bundle: bundlePath) }
+        return try create(at: path, bundle: bundlePath) { rootFD, stateFD, bundleName in
+            try BundleSignature.sign(rootFD: rootFD, stateFD: stateFD, bundleName: bundleName, key: installerKey)
+        }
+    }
+}
