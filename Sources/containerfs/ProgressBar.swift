@@ -33,7 +33,7 @@ final class ProgressBar {
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
         let left = rate > 0 && done < total ? formatDuration(Double(total - done) / rate) : "0:00"
-        let line = "\(label) [\(bar)] \(formatBytes(done)) / \(formatBytes(total))  \(formatBytes(Int64(rate)))/s  \(left) left"
+        let line = "\(label) [\(bar)] \(formatBytes(done)) / \(formatBytes(total))  \(formatBytes(rate < 0x1p63 ? Int64(rate) : .max))/s  \(left) left"
         FileHandleOutput.standardError.write("\r\u{1B}[K" + line)
         drawn = true
     }
