@@ -1,4 +1,5 @@
 import ContainerPolicy
+import PolicySpec
 import Testing
 
 /// A path, as bytes, and where the layout must place it.

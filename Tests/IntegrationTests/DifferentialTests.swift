@@ -2,10 +2,12 @@ import CLinux
 import ContainerPolicy
 import Foundation
 import Glibc
+import PolicySpec
 import Testing
 
 /// Random sequences of operations, applied through a mount and to a model — a plain copy
-/// of the store plus the pure policy engine — must agree on every result and on the tree.
+/// of the store plus SPEC §2's tables (`PolicySpec`, written independently of the engine)
+/// — must agree on every result, on the audit log and on the tree.
 ///
 /// CONTAINERFS_FUZZ_SEEDS=N runs N seeds (default 5), from CONTAINERFS_FUZZ_SEED (default 1;
 /// `random` picks one), with CONTAINERFS_FUZZ_OPS operations each (default 200). A failure
@@ -29,6 +31,7 @@ struct DifferentialTests {
         let mountRoot = Array(container.mountpoint.utf8)
         var generator = FuzzGenerator(seed: seed, bundleName: container.bundleName)
         var history: [String] = []
+        var audited = try container.auditRecords().count
         let rerun = "mount options \(options); rerun with CONTAINERFS_FUZZ_SEED=\(seed) CONTAINERFS_FUZZ_SEEDS=1"
 
         for step in 1...FuzzSettings.operations {
@@ -55,6 +58,27 @@ struct DifferentialTests {
                     \(history.suffix(40).joined(separator: "\n"))
                     """)
                 return
+            }
+            // A denial the filesystem made is audited, under the rule the spec names; the
+            // others (allowed, answered by the kernel first, or not in the container) are not.
+            if let denial = model.audit {
+                let records = try container.waitForAudit(count: audited + 1)
+                let rule = records.last?["rule"] as? String, errnoName = records.last?["errno"] as? String
+                if case .deny(let named, _) = denial, rule != named.rawValue {
+                    Issue.record("seed \(seed), step \(step): \(operation): audited as \(rule ?? "nothing"), the spec says \(denial)\n\(rerun)")
+                    return
+                }
+                if errnoName != denial.errno.map(PolicySpec.errnoName) {
+                    Issue.record("seed \(seed), step \(step): \(operation): audited with \(errnoName ?? "no errno"), the spec says \(denial)\n\(rerun)")
+                    return
+                }
+                audited = records.count
+            } else {
+                let records = try container.auditRecords()
+                if records.count != audited {
+                    Issue.record("seed \(seed), step \(step): \(operation) → \(actual): audited, the spec says it is not: \(records[audited...])\n\(rerun)")
+                    return
+                }
             }
         }
 
@@ -440,6 +464,8 @@ private final class FuzzModel {
     let layout: ContainerLayout
     /// Set when the model's own prediction of a kernel error disagrees with the kernel.
     var inconsistency: String?
+    /// The audited denial the latest step must leave in the audit log, if any.
+    private(set) var audit: Expected?
 
     init(root: FuzzBytes, layout: ContainerLayout) {
         self.root = root
@@ -470,6 +496,7 @@ private final class FuzzModel {
 
     /// The outcome the mount must give, or nil to skip the step.
     func expect(_ operation: FuzzOperation) -> FuzzOutcome? {
+        audit = nil
         do {
             return try predict(operation)
         } catch {
@@ -515,12 +542,15 @@ private final class FuzzModel {
         return (UInt(info.st_dev), UInt(info.st_ino))
     }
 
-    /// Applies the policy: a denial answers with its errno unless the kernel answers first
-    /// (`early`). When allowed, the step runs on the model's directory, whose kernel gives
-    /// the same early answers; the model checks that it does.
+    /// Applies SPEC §2's tables: a denial answers with its errno unless the kernel answers
+    /// first (`early`); one the filesystem makes is audited. When allowed, the step runs on
+    /// the model's directory, whose kernel gives the same early answers; the model checks
+    /// that it does.
     private func gate(_ operation: ContainerPolicy.Operation, _ step: FuzzOperation, early: FuzzOutcome? = nil) throws(FuzzEarly) -> FuzzOutcome {
-        if case .deny(let denial) = Policy.decide(operation) {
-            throw FuzzEarly(outcome: early ?? .failed(step.firstCall, denial.errno))
+        let specified = PolicySpec.specified(operation)
+        if let errno = specified.errno {
+            if early == nil, specified.isAudited { audit = specified }
+            throw FuzzEarly(outcome: early ?? .failed(step.firstCall, errno))
         }
         let outcome = fuzzPerform(step, in: root)
         if let early, outcome != early {
