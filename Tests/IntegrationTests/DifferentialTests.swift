@@ -787,7 +787,8 @@ private struct FuzzGenerator {
         }
         var path = chosen.0
         if chance(8), allowRoot || !path.isEmpty { return path }
-        let depth = chance(65) ? 0 : chance(75) ? 1 : 2
+        // Now and then a deep path, most of it not there.
+        let depth = chance(65) ? 0 : chance(75) ? 1 : chance(85) ? 2 : 9
         for _ in 0..<depth { path.append(pick(Array(Self.common.prefix(4)))) }
         if depth == 0, !chosen.2.isEmpty, chance(15) {
             path.append(Array(pick(chosen.2).utf8))
@@ -819,9 +820,11 @@ private struct FuzzGenerator {
         }
         switch kind {
         case 0: return .createFile(chance(60) ? target() : path(), flags: pick([0, O_EXCL, O_TRUNC]), data: data())
-        case 1: return .write(path(), offset: Int.random(in: 0...12000, using: &random), data: data())
+        // Boundary values (issue 19): offsets, sizes and lengths near 2^63, times past 2^33 s and
+        // before 1970, each drawn now and then among the ordinary ones.
+        case 1: return .write(path(), offset: chance(90) ? Int.random(in: 0...12000, using: &random) : pick([1 << 62, Int.max - 10]), data: data())
         case 2: return .append(path(), data: data())
-        case 3: return .truncate(path(allowRoot: true), size: pick([0, 1, 100, 5000, 70000]))
+        case 3: return .truncate(path(allowRoot: true), size: pick([0, 1, 100, 5000, 70000, 1 << 62, Int.max]))
         case 4: return .mkdir(target(), mode: pick([0o755, 0o700, 0o777]))
         case 5: return .rmdir(path())
         case 6: return .unlink(path())
@@ -846,9 +849,11 @@ private struct FuzzGenerator {
         case 14: return .read(path(allowRoot: true))
         case 15: return .stat(path(allowRoot: true))
         case 16: return .list(path(allowRoot: true))
-        case 17: return .utimens(path(allowRoot: true), seconds: Int.random(in: 1_000_000_000...1_700_000_000, using: &random))
-        case 18: return .fallocate(path(), offset: pick([0, 100, 4096, 70000]), length: pick([1, 4096, 10000]))
-        default: return .copyRange(from: path(), to: path(), length: pick([1, 100, 5000, 200_000]))
+        case 17:
+            let seconds = chance(75) ? Int.random(in: 1_000_000_000...1_700_000_000, using: &random) : pick([-1, -(1 << 31), 1 << 33, 1 << 34])
+            return .utimens(path(allowRoot: true), seconds: seconds)
+        case 18: return .fallocate(path(), offset: pick([0, 100, 4096, 70000, Int.max - 10]), length: pick([1, 4096, 10000, Int.max]))
+        default: return .copyRange(from: path(), to: path(), length: pick([1, 100, 5000, 200_000, Int.max]))
         }
     }
 }
