@@ -57,13 +57,16 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .testTarget(name: "ContainerPolicyTests", dependencies: ["ContainerPolicy"]),
+        // SPEC §2's tables, independent of the engine: the policy tests' and the
+        // differential fuzz test's oracle.
+        .target(name: "PolicySpec", dependencies: ["ContainerPolicy"], path: "Tests/PolicySpec"),
+        .testTarget(name: "ContainerPolicyTests", dependencies: ["ContainerPolicy", "PolicySpec"]),
         .testTarget(name: "ContainerStoreTests", dependencies: ["ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerSigningTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerPurgeTests", dependencies: ["ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerRunTests", dependencies: ["ContainerRun", "ContainerStore", "ContainerPolicy"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "PolicySpec", "CLinux"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -98,6 +98,16 @@ final class FileSystem: @unchecked Sendable {
         if toSet & FUSE_SET_ATTR_SIZE != 0 {
             try check(.changeContent(location), caller, "truncate", [(path(node), location)])
         }
+        // With the writeback cache the kernel flushes the times it keeps itself (after an
+        // unlink of an Inbox file, say: the link count changed its ctime) as an mtime and
+        // ctime that change nothing. Nobody's change: nothing to police, nothing to apply.
+        if toSet != 0, toSet & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME) == 0 {
+            let current = try attributes(node)
+            if toSet & FUSE_SET_ATTR_MTIME == 0
+                || (attr.st_mtim.tv_sec == current.st_mtim.tv_sec && attr.st_mtim.tv_nsec == current.st_mtim.tv_nsec) {
+                return current
+            }
+        }
         let metadata = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_ATIME
             | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME
         if toSet & metadata != 0 {

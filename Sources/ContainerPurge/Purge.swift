@@ -72,7 +72,10 @@ public enum Purge {
     public static func purge(_ stores: [Store], _ options: Options) throws(UserError) -> Report {
         let duplicates = try checkOneDevice(stores)
         var report = Report()
-        let cutoff: Int64? = options.olderThan.map { realtimeNanoseconds() - Int64($0 * 1e9) }
+        // Saturated: a duration longer than time itself (or NaN) leaves no file old enough.
+        let cutoff: Int64? = options.olderThan.map {
+            $0.isNaN ? .min : realtimeNanoseconds().subtractingSaturated(Int64(saturatingNanosecondsOf: $0))
+        }
 
         // Every candidate, from each store's index or by walking it.
         struct Source {
@@ -138,7 +141,8 @@ public enum Purge {
                 }
             }
             report.deleted.append(Deleted(store: sources[s].store, tag: sources[s].tags[t]))
-            report.freedBytes += sources[s].tags[t].size
+            // Sizes come from the store or its index: two sparse files of 5 EiB exceed Int64.
+            report.freedBytes = report.freedBytes.addingSaturated(sources[s].tags[t].size)
         }
         if options.dryRun { return report }
 
@@ -277,7 +281,12 @@ public enum Quantity {
         return overflow ? nil : product
     }
 
-    /// `45` or `45s`, `10m`, `2h`, `3d`, `1w`, in seconds.
+    /// The longest duration `seconds` accepts: what nanoseconds since the epoch can count
+    /// (2^63 ns, about 292 years).
+    public static let maximumSeconds = 0x1p63 / 1e9
+
+    /// `45` or `45s`, `10m`, `2h`, `3d`, `1w`, in seconds; nil for anything else, and for
+    /// more than `maximumSeconds`.
     public static func seconds(_ text: String) -> Double? {
         var digits = Substring(text.lowercased())
         var multiplier = 1.0
@@ -286,6 +295,7 @@ public enum Quantity {
             digits = digits.dropLast()
         }
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }), let value = Double(digits) else { return nil }
-        return value * multiplier
+        let seconds = value * multiplier
+        return seconds.isFinite && seconds <= maximumSeconds ? seconds : nil
     }
 }

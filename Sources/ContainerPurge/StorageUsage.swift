@@ -22,7 +22,8 @@ public struct StorageUsage: Sendable {
 
     public var areas: [Area]
 
-    public var totalBytes: Int64 { areas.reduce(0) { $0 + $1.bytes } }
+    /// Held at `Int64.max`: sparse files can claim more than that between them.
+    public var totalBytes: Int64 { areas.saturatedSum(\.bytes) }
     public var totalFiles: Int { areas.reduce(0) { $0 + $1.files } }
 
     /// Walks the store (following no symlink). `Documents` excludes the Inbox and
@@ -44,7 +45,7 @@ public struct StorageUsage: Sendable {
             let fd = withCName(folder.bytes) { openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             if fd >= 0 {
                 StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { _, info in
-                    area.bytes += Int64(info.st_size)
+                    area.bytes = area.bytes.addingSaturated(Int64(info.st_size))
                     area.files += 1
                 }
             }

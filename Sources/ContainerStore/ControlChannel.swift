@@ -6,8 +6,10 @@ import Glibc
 /// (delivery into the Inbox, purge of a mounted container's caches).
 ///
 /// Protocol (`SOCK_SEQPACKET`): one message per path, relative to the container's root,
-/// as bytes; an empty message ends the batch; the daemon answers `ok` once the kernel
-/// has been told. Only the daemon's user (and root) can connect: the state folder is 0700.
+/// as bytes; an empty message ends the batch; the daemon answers `ok N` once the kernel
+/// has been told, N being the requests it has served through io_uring so far (0 without
+/// rings; an empty batch only asks for it). Only the daemon's user (and root) can
+/// connect: the state folder is 0700.
 public enum ControlChannel {
     public static let socketName = Array(name: "control.sock")
 
@@ -27,7 +29,19 @@ public enum ControlChannel {
     /// Returns false when no daemon is running (then nothing is cached to forget).
     @discardableResult
     public static func invalidate(_ store: Store, _ paths: [ContainerPath]) throws(UserError) -> Bool {
-        guard MountLock.holder(store) != nil else { return false }
+        try exchange(store, paths) != nil
+    }
+
+    /// How many requests the daemon serving `store` has served through io_uring so far
+    /// (0 when it serves none from rings); nil when no daemon is running.
+    public static func requestsServedThroughRings(_ store: Store) throws(UserError) -> UInt64? {
+        try exchange(store, [])
+    }
+
+    /// Sends `paths` and the end of the batch; returns the count the daemon answers with,
+    /// or nil when no daemon is running.
+    private static func exchange(_ store: Store, _ paths: [ContainerPath]) throws(UserError) -> UInt64? {
+        guard MountLock.holder(store) != nil else { return nil }
         let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
         defer { close(fd) }
@@ -43,11 +57,12 @@ public enum ControlChannel {
             let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
         }
-        var reply = [UInt8](repeating: 0, count: 16)
+        var reply = [UInt8](repeating: 0, count: 32)
         let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        guard count == 2, reply.prefix(2).elementsEqual("ok".utf8) else {
+        guard count > 3, reply.prefix(3).elementsEqual("ok ".utf8),
+              let served = UInt64(String(decoding: reply[3..<count], as: UTF8.self)) else {
             throw UserError("the daemon of \(store.path) did not confirm the change")
         }
-        return true
+        return served
     }
 }

@@ -108,12 +108,21 @@ public func openDirectory(at parent: Int32, _ name: [UInt8]) throws(Errno) -> In
     }
 }
 
-/// Reads the small regular file `name` inside `parent` whole.
+/// Reads the small regular file `name` inside `parent` whole; anything but a regular
+/// file is `EINVAL`.
+///
+/// Opened with `O_NONBLOCK`: a state file replaced by a FIFO (or a device) must not block
+/// the daemon or the command in `open` or `read`. The flag changes nothing for a regular
+/// file.
 public func readFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> [UInt8] {
     let fd = try withCName(name) { (cname) throws(Errno) in
-        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
     }
     defer { close(fd) }
+    var info = stat()
+    try sys { fstat(fd, &info) }
+    // (The /proc files MountTable and AuditLog read are regular files too.)
+    guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
     var contents: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 65536)
     while true {

@@ -14,7 +14,7 @@ struct PurgeCommand: ParsableCommand {
             device), oldest last use first, until --free SIZE bytes are freed (default: --all).
             Mounted containers are skipped, as iOS purges apps that are not running, unless
             --include-running: then their mounts show the files gone at once.
-            SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w.
+            SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w (at most 292 years).
             Examples: 'containerfs purge ~/A ~/B --caches --free 500M';
             'containerfs purge ~/A --tmp --older-than 3d' (the periodic sweep of tmp).
             """)
@@ -83,7 +83,7 @@ struct PurgeCommand: ParsableCommand {
         }
         if let olderThan {
             guard let seconds = Quantity.seconds(olderThan) else {
-                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d")
+                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d, of at most 292 years")
             }
             options.olderThan = seconds
         }

@@ -246,10 +246,12 @@ enum Purging {
         var digest = try treeDigest(container.stored(container.bundleName))
         for folder in folders {
             // Library's own digest leaves Caches out: that is what purge changes.
-            let result = try runProgram(["sh", "-c", """
+            let result = try runProgram(["bash", "-o", "pipefail", "-c", """
                 cd "$1" && find . -path ./Caches -prune -o -path ./Inbox -prune -o -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F %Y' \
                 && find . -path ./Caches -prune -o -path ./Inbox -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum
-                """, "sh", container.stored(folder)])
+                """, "bash", container.stored(folder)])
+            // An unreadable folder is a failure, not an empty digest that matches another.
+            guard result.status == 0, result.stderr.isEmpty else { throw TestFailure("cannot digest \(folder): \(result)") }
             digest += folder + ":\n" + result.stdout
         }
         return digest

@@ -79,4 +79,12 @@ int clinux_setfsgid(gid_t gid);
 /// ENOSYS on another architecture, or the write's errno.
 int clinux_write_terminal_filter(int fd);
 
+/// Registers the shared file mapping [base, base + length), mapped with `protection`, so
+/// that a page of it past the end of its file (someone truncated the file) becomes a
+/// private zero-filled page instead of killing the process with SIGBUS (mapping_guard.c).
+/// 0, or -1 with errno (ENOSPC: 64 mappings are registered already).
+int clinux_guard_mapping(void *base, size_t length, int protection);
+/// Forgets a mapping registered with clinux_guard_mapping; call it before munmap(2).
+void clinux_unguard_mapping(void *base);
+
 #endif
