@@ -1,0 +1,302 @@
+import ContainerStore
+import Foundation
+import Glibc
+import Testing
+
+// How the daemon holds nodes (issue 18, docs/architecture.md "Nodes, not paths"): more
+// nodes than descriptors, from a login shell's limit; cold nodes reopened, never as another
+// file; a deleted file's blocks freed at once; a deep folder chain moved between areas.
+//
+// Sizes: CONTAINERFS_TEST_SCALE_FILES=N runs the many-files test with N files per area
+// under the machine's own hard limit (as issue 18 asks: 100000); by default it uses
+// 12000 files with the daemon's hard limit lowered to 4096, which goes as far beyond the
+// descriptors in a fraction of the time. CONTAINERFS_TEST_SCALE_TREE (default 10000)
+// sizes the git and tar trees, CONTAINERFS_TEST_SCALE_DEPTH (default 20000) the chain.
+
+/// A number from the environment, or `fallback`.
+private func scale(_ name: String, _ fallback: Int) -> Int {
+    ProcessInfo.processInfo.environment[name].flatMap { Int($0) } ?? fallback
+}
+
+/// The shell words that give the daemon a login shell's soft limit of 1024 descriptors
+/// (and, unless the full-size run is asked for, a hard limit of 4096).
+private func loginShellLimits(fullSize: Bool) -> String {
+    fullSize ? "ulimit -S -n 1024" : "ulimit -H -n 4096 && ulimit -S -n 1024"
+}
+
+/// The environment of this test process with `extra` added (for the daemon).
+private func environment(_ extra: [String: String]) -> [String: String] {
+    ProcessInfo.processInfo.environment.merging(extra) { $1 }
+}
+
+/// Creates, stats, lists, reads and deletes N files in Documents/scale and
+/// Library/Caches/scale below argv[1]; prints the rate of each step; exits 1 on any error.
+private let manyFilesScript = #"""
+import os, sys, time
+base, n = sys.argv[1], int(sys.argv[2])
+for area in ("Documents/scale", "Library/Caches/scale"):
+    d = os.path.join(base, area)
+    os.mkdir(d)
+    steps = []
+    t = time.monotonic()
+    for i in range(n):
+        fd = os.open(f"{d}/f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, b"%d\n" % i)
+        os.close(fd)
+    steps.append(("create", time.monotonic()))
+    for i in range(n):
+        assert os.stat(f"{d}/f{i}").st_size == len(b"%d\n" % i)
+    steps.append(("stat", time.monotonic()))
+    names = os.listdir(d)
+    assert len(names) == n, len(names)
+    steps.append(("list", time.monotonic()))
+    for i in range(n):
+        with open(f"{d}/f{i}", "rb") as f:
+            assert f.read() == b"%d\n" % i
+    steps.append(("read", time.monotonic()))
+    for i in range(n):
+        os.unlink(f"{d}/f{i}")
+    os.rmdir(d)
+    steps.append(("delete", time.monotonic()))
+    for name, end in steps:
+        print(f"{area} {name}: {n / max(end - t, 1e-9):.0f} files/s")
+        t = end
+"""#
+
+@Suite("Nodes", .serialized)
+struct NodeTests {
+    static let alice = "cfs-alice"
+
+    /// From a shell whose soft limit is 1024, through `mount` and through `run`, as root and
+    /// as an ordinary user: many more files than the daemon has descriptors are created,
+    /// stated, listed, read and deleted, in Documents and in Library/Caches (tagged).
+    @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false), (alice, true)])
+    func manyFilesFromALoginShell(user: String?, throughRun: Bool) throws {
+        let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_FILES"] != nil
+        let count = scale("CONTAINERFS_TEST_SCALE_FILES", 12_000)
+        let container = try MountedContainer(user: user)
+        defer { container.unmount() }
+        let limits = loginShellLimits(fullSize: full)
+        let started = Date()
+        let result: ProgramResult
+        if throughRun {
+            result = try runProgram(["sh", "-c", "\(limits) && exec \"$0\" run \"$1\" -- python3 -c \"$2\" . \"$3\"",
+                                     containerfsBinary, container.store, manyFilesScript, "\(count)"], user: user)
+        } else {
+            let mounted = try runProgram(["sh", "-c", "\(limits) && exec \"$0\" mount \"$1\" \"$2\"",
+                                          containerfsBinary, container.store, container.mountpoint], user: user)
+            try #require(mounted.status == 0, "\(mounted)")
+            result = try runProgram(["python3", "-c", manyFilesScript, container.mountpoint, "\(count)"], user: user)
+        }
+        #expect(result.status == 0, "\(result)")
+        print("manyFiles user=\(user ?? "root") run=\(throughRun) n=\(count) \(String(format: "%.1f", Date().timeIntervalSince(started)))s\n\(result.stdout)")
+        if !throughRun { container.unmount() }
+        // Nothing left behind in the store, and the store is whole.
+        #expect(access(container.stored("Documents/scale"), F_OK) != 0)
+        #expect(access(container.stored("Library/Caches/scale"), F_OK) != 0)
+    }
+
+    /// `git clone` of a large local repository and `tar -x` of a large tree into a
+    /// container mounted from a login shell's limit: `git status` and `git fsck` are clean
+    /// and `tar --compare` finds every entry as archived.
+    @Test func gitCloneAndTarOfLargeTrees() throws {
+        let count = scale("CONTAINERFS_TEST_SCALE_TREE", 10_000)
+        let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_TREE"] != nil
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let source = container.base + "/source"
+        // A tree of `count` files in folders of 100, as a repository and as a tarball.
+        let make = try runProgram(["python3", "-c", """
+            import os, sys
+            root, n = sys.argv[1], int(sys.argv[2])
+            for i in range(n):
+                d = os.path.join(root, "d%03d" % (i // 100))
+                os.makedirs(d, exist_ok=True)
+                with open(os.path.join(d, "f%05d.txt" % i), "w") as f: f.write("file %d\\n" % i)
+            """, source, "\(count)"])
+        try #require(make.status == 0, "\(make)")
+        let git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+        for step in [git + ["-C", source, "init", "-q"], git + ["-C", source, "add", "-A"],
+                     git + ["-C", source, "commit", "-qm", "tree"],
+                     git + ["clone", "-q", "--bare", source, container.base + "/repo.git"],
+                     ["tar", "-cf", container.base + "/tree.tar", "-C", source, "."]] {
+            let done = try runProgram(step)
+            try #require(done.status == 0, "\(step): \(done)")
+        }
+        let mounted = try runProgram(["sh", "-c", "\(loginShellLimits(fullSize: full)) && exec \"$0\" mount \"$1\" \"$2\"",
+                                      containerfsBinary, container.store, container.mountpoint])
+        try #require(mounted.status == 0, "\(mounted)")
+
+        var started = Date()
+        let clone = try runProgram(git + ["clone", "-q", "--no-hardlinks", "file://" + container.base + "/repo.git", container.mounted("Documents/clone")])
+        #expect(clone.status == 0, "\(clone)")
+        let cloneSeconds = Date().timeIntervalSince(started)
+        let status = try runProgram(git + ["-C", container.mounted("Documents/clone"), "status", "--porcelain"])
+        #expect(status.status == 0 && status.stdout.isEmpty, "\(status)")
+        let fsck = try runProgram(git + ["-C", container.mounted("Documents/clone"), "fsck", "--full", "--strict"])
+        #expect(fsck.status == 0, "\(fsck)")
+
+        started = Date()
+        try FileManager.default.createDirectory(atPath: container.mounted("Library/Caches/tree"), withIntermediateDirectories: false)
+        let untar = try runProgram(["tar", "-xf", container.base + "/tree.tar", "-C", container.mounted("Library/Caches/tree")])
+        #expect(untar.status == 0, "\(untar)")
+        let untarSeconds = Date().timeIntervalSince(started)
+        let compare = try runProgram(["tar", "--compare", "-f", container.base + "/tree.tar", "-C", container.mounted("Library/Caches/tree")])
+        #expect(compare.status == 0 && compare.stdout.isEmpty, "\(compare)")
+        print("gitClone n=\(count): clone \(String(format: "%.1f", cloneSeconds))s, tar -x \(String(format: "%.1f", untarSeconds))s")
+    }
+
+    /// A cold node (its descriptor evicted from a 16-entry cache) whose file is renamed or
+    /// replaced behind the daemon, or renamed through the mount from another folder, is
+    /// served as itself or refused (ENOENT, ESTALE), never as the other file. By file
+    /// handle (root) and by name (root told to, and an ordinary user's daemon).
+    @Test(arguments: [(String?.none, "handles"), (String?.none, "names"), (alice, "names")])
+    func coldNodesAreNeverAnotherFile(user: String?, reopening: String) throws {
+        let container = try MountedContainer(user: user)
+        defer { container.unmount() }
+        var extra = ["CONTAINERFS_TEST_NODE_CACHE": "16"]
+        if reopening == "names" { extra["CONTAINERFS_TEST_NODE_REOPEN"] = "names" }
+        let mounted = try runProgram([containerfsBinary, "mount", container.store, container.mountpoint], user: user, environment: environment(extra))
+        try #require(mounted.status == 0, "\(mounted)")
+        let script = #"""
+            import errno, os, sys, subprocess
+            mnt, store = sys.argv[1], sys.argv[2]
+            docs = mnt + "/Documents"
+            for d in ("a", "b", "other"): os.mkdir(f"{docs}/{d}")
+            for name in ("x", "y", "m"):
+                with open(f"{docs}/a/{name}", "w") as f: f.write(name + "-content")
+            inode = {name: os.stat(f"{docs}/a/{name}").st_ino for name in ("x", "y", "m")}
+            def cool():
+                for i in range(64):
+                    with open(f"{docs}/other/f{i}", "w") as f: f.write("o")
+                    os.stat(f"{docs}/other/f{i}")
+            def check(path, name, others):
+                try:
+                    with open(path) as f: content = f.read()
+                    st = os.stat(path)
+                except OSError as e:
+                    if e.errno in (errno.ENOENT, errno.ESTALE): return "refused"
+                    raise
+                assert content == name + "-content", (path, content)
+                assert st.st_ino == inode[name], (path, st.st_ino)
+                return "served"
+            cool()
+            # Behind the daemon: x is renamed to z, y replaces x. The kernel still holds
+            # the old entries a/x (node x) and a/y (node y), both cold.
+            os.rename(f"{store}/Documents/a/x", f"{store}/Documents/a/z")
+            os.rename(f"{store}/Documents/a/y", f"{store}/Documents/a/x")
+            print("a/x", check(f"{docs}/a/x", "x", ["y"]))
+            print("a/y", check(f"{docs}/a/y", "y", ["x"]))
+            # Through the mount, from another folder: m moves to b while cold.
+            cool()
+            os.rename(f"{docs}/a/m", f"{docs}/b/m2")
+            cool()
+            assert check(f"{docs}/b/m2", "m", []) == "served"
+            print("b/m2 served")
+            """#
+        let result = try runProgram(["python3", "-c", script, container.mountpoint, container.store], user: user)
+        #expect(result.status == 0, "\(result)")
+        print("coldNodes user=\(user ?? "root") \(reopening): \(result.stdout)")
+    }
+
+    /// Deleting a 100 MiB file through the mount frees its blocks in the store at once
+    /// when no program holds it; one held open keeps them until it is closed.
+    @Test(arguments: [[String](), ["nopassthrough"]])
+    func deletingAFileFreesItsBlocks(options: [String]) throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount(options: options)
+        let script = #"""
+            import os, sys, time
+            mnt, store = sys.argv[1], sys.argv[2]
+            def free():
+                s = os.statvfs(store)
+                return s.f_bfree * s.f_frsize
+            def written(path):
+                with open(path, "wb") as f:
+                    for _ in range(100): f.write(b"\x5a" * (1 << 20))
+                    f.flush(); os.fsync(f.fileno())
+                os.stat(path)
+            def freed_within(before, seconds):
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    if free() - before >= 90 << 20: return True
+                    time.sleep(0.01)
+                return False
+            path = mnt + "/Documents/big"
+            written(path)
+            with open(path, "rb") as f: f.read(4096)
+            before = free()
+            os.unlink(path)
+            assert freed_within(before, 0.5), ("not freed at once", free() - before)
+            # Held open while deleted: kept until closed, then freed.
+            written(path)
+            held = open(path, "rb")
+            before = free()
+            os.unlink(path)
+            assert not freed_within(before, 0.3), "freed while held open"
+            assert len(held.read(1 << 20)) == 1 << 20
+            assert os.fstat(held.fileno()).st_size == 100 << 20
+            held.close()
+            assert freed_within(before, 0.5), ("not freed at close", free() - before)
+            """#
+        let result = try runProgram(["python3", "-c", script, container.mountpoint, container.store])
+        #expect(result.status == 0, "\(result)")
+    }
+
+    /// A folder chain 20,000 deep, known to the kernel, moves between Documents,
+    /// Library/Caches and tmp; each move is quick and the deepest file's area follows
+    /// (a use of it is recorded in Caches, not in Documents).
+    @Test func deepChainMovesBetweenAreas() throws {
+        let depth = scale("CONTAINERFS_TEST_SCALE_DEPTH", 20_000)
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        let script = #"""
+            import os, sys, time
+            mnt, depth = sys.argv[1], int(sys.argv[2])
+            fd = os.open(mnt + "/Documents", os.O_RDONLY | os.O_DIRECTORY)
+            os.mkdir("chain", dir_fd=fd)
+            top = fd
+            for i in range(depth):
+                name = "chain" if i == 0 else "d"
+                if i > 0: os.mkdir(name, dir_fd=fd)
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                if fd != top: os.close(fd)
+                fd = nfd
+            leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(leaf, b"leaf"); os.close(leaf)
+            os.utime("leaf", (978307200, 978307200), dir_fd=fd)    # 2001: older than any use
+            print("inode", os.stat("leaf", dir_fd=fd).st_ino)
+            def use():
+                t = time.time_ns()
+                f = os.open("leaf", os.O_RDONLY, dir_fd=fd); os.read(f, 4); os.close(f)
+                return t
+            def move(source, target):
+                t = time.monotonic()
+                os.rename(mnt + "/" + source + "/chain", mnt + "/" + target + "/chain")
+                print("move", source, "->", target, f"{time.monotonic() - t:.3f}")
+            move("Documents", "Library/Caches")
+            print("cached", use())
+            move("Library/Caches", "tmp")
+            print("temporary", use())
+            move("tmp", "Documents")
+            print("documents", use())
+            """#
+        let result = try runProgram(["python3", "-c", script, container.mountpoint, "\(depth)"])
+        try #require(result.status == 0, "\(result)")
+        print("deepChain depth=\(depth):\n\(result.stdout)")
+        container.unmount()
+        var values: [String: Int64] = [:]
+        for line in result.stdout.split(separator: "\n") {
+            let words = line.split(separator: " ")
+            if words.count == 2, let value = Int64(words[1]) { values[String(words[0])] = value }
+        }
+        let inode = try #require(values["inode"])
+        let cached = try #require(values["cached"]), temporary = try #require(values["temporary"]), documents = try #require(values["documents"])
+        let uses = try #require(UseTable.openForReading(try Store.open(container.store)))
+        let last = uses.lastUse(inode: UInt64(inode))
+        // Recorded in tmp (after the one in Caches), not in Documents.
+        #expect(last >= temporary && last < documents, "last use \(last); Caches \(cached), tmp \(temporary), Documents \(documents)")
+    }
+}
