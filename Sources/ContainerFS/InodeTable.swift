@@ -108,6 +108,8 @@ final class InodeTable: @unchecked Sendable {
     /// The most descriptors the cache keeps open (pinned ones and those in use aside).
     let capacity: Int
     private let slots: NodeSlots
+    /// A plain (not `O_PATH`) descriptor of the store's root: `open_by_handle_at` wants one.
+    private let mountFD: Int32
 
     /// How a node whose descriptor was evicted is opened again.
     enum Reopening: Equatable {
@@ -143,8 +145,9 @@ final class InodeTable: @unchecked Sendable {
         nodes.nodes[root.key] = root
         state = Mutex(nodes)
         slots = NodeSlots()
+        mountFD = clinux_reopen(fd, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.capacity = max(capacity ?? Self.testCapacity ?? Self.defaultCapacity(), 1)
-        self.reopening = reopening ?? Self.testReopening ?? (Self.handlesWork(fd) ? .byHandle : .byName)
+        self.reopening = reopening ?? Self.testReopening ?? (Self.handlesWork(mountFD) ? .byHandle : .byName)
     }
 
     /// `CONTAINERFS_TEST_NODE_CACHE=N`: a cache of N descriptors, so that a test suite
@@ -168,6 +171,7 @@ final class InodeTable: @unchecked Sendable {
 
     /// Whether this daemon can open nodes by file handle in this store.
     private static func handlesWork(_ rootFD: Int32) -> Bool {
+        guard rootFD >= 0 else { return false }
         var handle = [UInt8](repeating: 0, count: Int(clinux_MAX_HANDLE_SIZE))
         let length = clinux_node_handle(rootFD, &handle, Int32(handle.count))
         guard length > 0 else { return false }
@@ -308,7 +312,7 @@ final class InodeTable: @unchecked Sendable {
     /// Opens a cold node again; returns with one use of its descriptor held.
     private func reopen(_ node: Inode) throws(Errno) -> Int32 {
         if reopening == .byHandle, let handle = state.withLock({ _ in node.handle }) {
-            let fd = try exhaustible { clinux_open_handle(root.descriptor, handle, Int32(handle.count), clinux_O_PATH | O_CLOEXEC) }
+            let fd = try exhaustible { clinux_open_handle(mountFD, handle, Int32(handle.count), clinux_O_PATH | O_CLOEXEC) }
             return try adopt(node, fd)
         }
         var attempts = 0
