@@ -483,6 +483,8 @@ final class InodeTable: @unchecked Sendable {
             let what = error.code == EMFILE ? "the daemon's descriptor limit (\(limit.rlim_cur))" : "the system's file table"
             let line = "containerfs: out of file descriptors: \(what) is reached with the node cache halved; the request gets \(error). Raise the hard limit (ulimit -Hn) or close files.\n"
             _ = line.withCString { write(2, $0, strlen($0)) }
+            // A daemon in the background has no stderr: the system log too.
+            line.withCString { text in withVaList([text]) { vsyslog(LOG_WARNING, "%s", $0) } }
         }
         return error
     }

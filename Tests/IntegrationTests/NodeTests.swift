@@ -9,8 +9,8 @@ import Testing
 //
 // Sizes: CONTAINERFS_TEST_SCALE_FILES=N runs the many-files test with N files per area
 // under the machine's own hard limit (as issue 18 asks: 100000); by default it uses
-// 12000 files with the daemon's hard limit lowered to 4096, which goes as far beyond the
-// descriptors in a fraction of the time. CONTAINERFS_TEST_SCALE_TREE (default 10000)
+// 4000 files per area with the daemon's hard limit lowered to 2048 (a cache of 1024),
+// which goes as far beyond the descriptors in a fraction of the time. CONTAINERFS_TEST_SCALE_TREE (default 10000)
 // sizes the git and tar trees, CONTAINERFS_TEST_SCALE_DEPTH (default 20000) the chain.
 
 /// A number from the environment, or `fallback`.
@@ -19,9 +19,9 @@ private func scale(_ name: String, _ fallback: Int) -> Int {
 }
 
 /// The shell words that give the daemon a login shell's soft limit of 1024 descriptors
-/// (and, unless the full-size run is asked for, a hard limit of 4096).
+/// (and, unless the full-size run is asked for, a hard limit of 2048).
 private func loginShellLimits(fullSize: Bool) -> String {
-    fullSize ? "ulimit -S -n 1024" : "ulimit -S -n 1024 && ulimit -H -n 4096"
+    fullSize ? "ulimit -S -n 1024" : "ulimit -S -n 1024 && ulimit -H -n 2048"
 }
 
 /// The environment of this test process with `extra` added (for the daemon).
@@ -73,7 +73,7 @@ struct NodeTests {
     @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false), (alice, true)])
     func manyFilesFromALoginShell(user: String?, throughRun: Bool) throws {
         let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_FILES"] != nil
-        let count = scale("CONTAINERFS_TEST_SCALE_FILES", 12_000)
+        let count = scale("CONTAINERFS_TEST_SCALE_FILES", 4_000)
         let container = try MountedContainer(user: user)
         defer { container.unmount() }
         let limits = loginShellLimits(fullSize: full)
@@ -209,12 +209,28 @@ struct NodeTests {
     }
 
     /// Deleting a 100 MiB file through the mount frees its blocks in the store at once
-    /// when no program holds it; one held open keeps them until it is closed.
+    /// when no program holds it; one held open keeps them until it is closed. The store
+    /// sits on a tmpfs of its own, so that no other writer moves its free space.
     @Test(arguments: [[String](), ["nopassthrough"]])
     func deletingAFileFreesItsBlocks(options: [String]) throws {
-        let container = try MountedContainer()
-        defer { container.unmount() }
-        try container.mount(options: options)
+        let base = try makeTemporaryDirectory()
+        let bundle = base + "/Demo.app", store = base + "/fs/store", mountpoint = base + "/mnt"
+        try FileManager.default.createDirectory(atPath: base + "/fs", withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        let tmpfs = try runProgram(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", base + "/fs"])
+        try #require(tmpfs.status == 0, "\(tmpfs)")
+        defer {
+            _ = try? containerfs(["unmount", mountpoint])
+            _ = try? runProgram(["umount", "-l", base + "/fs"])
+            _ = try? runProgram(["rm", "-rf", base])
+        }
+        let created = try containerfs(["create", store, "--bundle", bundle])
+        try #require(created.status == 0, "\(created)")
+        let mounted = try containerfs(["mount", store, mountpoint] + options.flatMap { ["-o", $0] })
+        try #require(mounted.status == 0, "\(mounted)")
+        let container = (mountpoint: mountpoint, store: store)
         let script = #"""
             import os, sys, time
             mnt, store = sys.argv[1], sys.argv[2]
@@ -237,7 +253,7 @@ struct NodeTests {
             with open(path, "rb") as f: f.read(4096)
             before = free()
             os.unlink(path)
-            assert freed_within(before, 0.5), ("not freed at once", free() - before)
+            assert freed_within(before, 1), ("not freed at once", free() - before)
             # Held open while deleted: kept until closed, then freed.
             written(path)
             held = open(path, "rb")
@@ -247,7 +263,8 @@ struct NodeTests {
             assert len(held.read(1 << 20)) == 1 << 20
             assert os.fstat(held.fileno()).st_size == 100 << 20
             held.close()
-            assert freed_within(before, 0.5), ("not freed at close", free() - before)
+            # RELEASE reaches the daemon just after close(2) returns.
+            assert freed_within(before, 2), ("not freed at close", free() - before)
             """#
         let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, container.store])
         #expect(result.status == 0, "\(result)")
@@ -310,5 +327,44 @@ struct NodeTests {
         let last = uses.lastUse(inode: UInt64(inode))
         // Recorded in tmp (after the one in Caches), not in Documents.
         #expect(last >= temporary && last < documents, "last use \(last); Caches \(cached), tmp \(temporary), Documents \(documents)")
+    }
+
+    /// With a descriptor limit of 64, a program holding 200 files open gets EMFILE for the
+    /// opens beyond what the daemon can hold; the daemon keeps serving (every file reads
+    /// back once closed) and says once in its log what ran out.
+    @Test func runningOutOfDescriptorsFailsOneRequestAndIsLoggedOnce() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" mount -f \"$1\" \"$2\"",
+                                            containerfsBinary, container.store, container.mountpoint])
+        let deadline = Date().addingTimeInterval(10)
+        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
+        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let script = #"""
+            import errno, os, sys
+            docs = sys.argv[1] + "/Documents"
+            held, refused = [], 0
+            for i in range(200):
+                try:
+                    held.append(os.open(f"{docs}/f{i}", os.O_RDWR | os.O_CREAT, 0o644))
+                except OSError as e:
+                    assert e.errno == errno.EMFILE, e
+                    refused += 1
+            for fd in held: os.write(fd, b"kept"); os.close(fd)
+            print("held", len(held), "refused", refused)
+            assert refused > 0 and len(held) > 0
+            # The daemon still serves: more files than its limit, one at a time.
+            for i in range(300):
+                with open(f"{docs}/g{i}", "w") as f: f.write(str(i))
+            for i in range(300):
+                with open(f"{docs}/g{i}") as f: assert f.read() == str(i)
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint])
+        #expect(result.status == 0, "\(result)")
+        container.unmount()
+        let log = daemon.wait(seconds: 10).stderr
+        let lines = log.split(separator: "\n").filter { $0.contains("out of file descriptors") }
+        #expect(lines.count == 1, "daemon log: \(log)")
+        print("exhaustion: \(result.stdout)\(lines.first ?? "")")
     }
 }
