@@ -829,7 +829,8 @@ def main():
 
     if os.geteuid() != 0:
         sys.exit("bench: must run as root (drop_caches, mounts)")
-    for tool in ("fio", "cc", "tar"):
+    only_deep = args.groups.replace(" ", "") == "deep"
+    for tool in ("cc", "tar") if only_deep else ("fio", "cc", "tar"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is missing (scripts/install-deps.sh --bench)")
     cfg = Config(args.quick, args.runs or (1 if args.quick else 3))

@@ -153,7 +153,7 @@ public final class Session {
 
     /// Takes the whole descriptor allowance, as libfuse's passthrough_hp does: a login
     /// shell's soft limit (often 1024) is no measure of a file system's open files.
-    static func raiseDescriptorLimit() {
+    public static func raiseDescriptorLimit() {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
         guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
