@@ -209,7 +209,13 @@ final class InodeTable: @unchecked Sendable {
             let location = layout.child(name, of: parent.location)
             if let node = s.nodes[key] {
                 node.lookups += 1
-                node.unlinked = false
+                if node.unlinked {
+                    // Linked again (an O_TMPFILE file, or one deleted while open): it has a
+                    // name to be reopened by.
+                    node.unlinked = false
+                    node.pinned = false
+                    if node.descriptor >= 0 { install(node, node.descriptor, &s) }
+                }
                 if node.parent !== parent {
                     let old = node.parent
                     detach(node)
@@ -506,6 +512,16 @@ final class InodeTable: @unchecked Sendable {
         }
         if fd >= 0 { Glibc.close(fd) }
         if state.withLock({ _ in node.unlinked && node.openFiles == 0 }) { closeBacking(node) }
+    }
+
+    /// A node with no name (`O_TMPFILE`): kept open until its last open file closes, since
+    /// nothing could reopen it.
+    func unnamed(_ node: Inode) {
+        state.withLock { s in
+            uncache(node, &s)
+            node.pinned = true
+            node.unlinked = true
+        }
     }
 
     /// Before `name` in `directory` is removed or replaced: a known node that has other

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ContainerFS
 import ContainerPolicy
+import ContainerPurge
 import ContainerStore
 import Glibc
 

@@ -1,3 +1,4 @@
+import ContainerPurge
 import ContainerStore
 import Foundation
 import Glibc
