@@ -715,7 +715,7 @@ def render(cfg, meta, targets, results, errors):
     short = {"seq_write": "seq write", "seq_read_cold": "seq read cold", "seq_read_warm": "seq read warm",
              "rand_read": "random read 4 KiB", "create": "create", "stat_cold": "stat cold",
              "stat_warm": "stat warm", "list": "list", "list_warm": "list warm", "unlink": "delete", "untar": "untar",
-             "readall": "read-all", "rmrf": "rm -rf"}
+             "readall": "read-all", "rmrf": "rm -rf", "deep_move": "deep folder move"}
     missed = {t.key: [] for t in others}
     met = {t.key: 0 for t in others}
     ratios = {}
