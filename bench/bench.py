@@ -58,6 +58,8 @@ class Config:
         self.meta_size = 4096
         # BENCH_CHAIN_DEPTH: another depth for the deep_move row (to compare with a build
         # that cannot hold 100,000 nodes).
+        # The rows of the groups asked for (None: all).
+        self.keys = None
         self.chain_depth = int(os.environ.get("BENCH_CHAIN_DEPTH", 10000 if quick else 100000))
 
     def size_label(self):
@@ -72,7 +74,7 @@ def workloads(cfg):
     """(key, label, unit, kind): kind 'rate' is higher-better MB/s, 'time' lower-better s."""
     n = f"{cfg.meta_files:,}"
     size = cfg.size_label()
-    return [
+    every = [
         ("seq_write", f"seq write {size}, buffered, fsync at end", "MB/s", "rate"),
         ("seq_read_cold", f"seq read {size}, cold (caches dropped)", "MB/s", "rate"),
         ("seq_read_warm", f"seq read {size}, warm", "MB/s", "rate"),
@@ -88,6 +90,7 @@ def workloads(cfg):
         ("rmrf", "tree: rm -rf", "s", "time"),
         ("deep_move", f"move a {cfg.chain_depth:,}-deep folder chain, 3 times (areas)", "s", "time"),
     ]
+    return [row for row in every if cfg.keys is None or row[0] in cfg.keys]
 
 
 def log(message):
@@ -883,6 +886,7 @@ def main():
     if any(name not in groups for name in only):
         sys.exit(f"bench: --groups must be among {', '.join(groups)}")
     groups = {name: keys for name, keys in groups.items() if name in only}
+    cfg.keys = {key for keys in groups.values() for key in keys}
     results, errors = {}, {}
     try:
         for target in targets:
