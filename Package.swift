@@ -66,7 +66,10 @@ let package = Package(
         .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerPurgeTests", dependencies: ["ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerRunTests", dependencies: ["ContainerRun", "ContainerStore", "ContainerPolicy"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "PolicySpec", "CLinux"]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["ContainerSigning", "ContainerStore", "ContainerPurge", "ContainerPolicy", "PolicySpec", "CLinux"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -155,7 +155,10 @@ func makeOperations() -> fuse_lowlevel_ops {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }   // a truncating open
             let backing = fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
-            if cfuse_reply_open_backed(request, info, backing) == -ENOENT { close(fd) }
+            if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
+                close(fd)
+                fs.closed(ino)
+            }
         }
     }
     ops.create = { request, parent, name, mode, info in
@@ -167,7 +170,10 @@ func makeOperations() -> fuse_lowlevel_ops {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), entry.ino) }   // it truncated a file
             let backing = fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
-            if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { close(fd) }
+            if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
+                close(fd)
+                fs.closed(entry.ino)
+            }
         }
     }
     ops.read = { request, _, size, offset, info in
@@ -185,9 +191,10 @@ func makeOperations() -> fuse_lowlevel_ops {
         let result = close(dup(handle(info)))
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
-    ops.release = { request, _, info in
+    ops.release = { request, ino, info in
         Tagging.released(handle(info))
         close(handle(info))
+        fileSystem(request).closed(ino)
         fuse_reply_err(request, 0)
     }
     ops.fsync = { request, _, dataOnly, info in

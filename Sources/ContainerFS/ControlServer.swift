@@ -67,12 +67,13 @@ extension FileSystem {
         var directory = inodes.root
         for component in path.components.dropLast() {
             var info = stat()
-            guard withCName(component, { fstatat(directory.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+            guard (try? inodes.withDescriptor(directory, { fd in withCName(component) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) } })) == 0,
                   let next = inodes.node(InodeKey(info)) else { return }
             directory = next
         }
         var info = stat()
-        let node = withCName(name, { fstatat(directory.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 ? inodes.node(InodeKey(info)) : nil
+        let found = try? inodes.withDescriptor(directory) { fd in withCName(name) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) } }
+        let node = found == 0 ? inodes.node(InodeKey(info)) : nil
         _ = name.withUnsafeBufferPointer { bytes in
             bytes.withMemoryRebound(to: CChar.self) {
                 fuse_lowlevel_notify_inval_entry(session, inodes.ino(directory), $0.baseAddress, name.count)

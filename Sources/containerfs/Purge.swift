@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerFS
 import ContainerPolicy
 import ContainerPurge
 import ContainerStore
@@ -49,7 +50,8 @@ struct PurgeCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let options = try parseOptions()
-            raiseDescriptorLimit()
+            // Purge keeps many folders open at once: take the whole descriptor allowance.
+            Session.raiseDescriptorLimit()
             var opened: [Store] = []
             for path in stores { opened.append(try Store.open(path)) }
             let report = try Purge.purge(opened, options)
@@ -119,15 +121,6 @@ struct PurgeCommand: ParsableCommand {
         output.write(report.failures.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"path\":\(jsonString(ContainerPath.printable($0.path))),\"error\":\(jsonString($0.error.description))}" }.joined(separator: ","))
         output.write("]}\n")
     }
-}
-
-/// Purge keeps many folders open at once: take the whole descriptor allowance.
-private func raiseDescriptorLimit() {
-    var limit = rlimit()
-    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-    guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-    limit.rlim_cur = limit.rlim_max
-    setrlimit(resource, &limit)
 }
 
 /// A path as `ContainerPath.printable` shows it, without its per-character work for the

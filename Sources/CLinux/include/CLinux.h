@@ -64,6 +64,14 @@ int clinux_node_truncate(int fd, off_t length);
 /// A new name `name` in `dirfd` for the node `fd` names (linkat(2)).
 int clinux_node_link(int fd, int dirfd, const char *name);
 
+/// Room for any file handle (MAX_HANDLE_SZ and struct file_handle's header).
+extern const int clinux_MAX_HANDLE_SIZE;
+/// name_to_handle_at(2) of the node `fd` names (AT_EMPTY_PATH): writes its struct
+/// file_handle into `buffer`; returns its length, or -1 with errno.
+int clinux_node_handle(int fd, void *buffer, int capacity);
+/// open_by_handle_at(2) of a handle `clinux_node_handle` made, on the file system of
+/// `mountfd` (needs CAP_DAC_READ_SEARCH).
+int clinux_open_handle(int mountfd, const void *handle, int length, int flags);
 /// Sets the umask of the calling thread only: the first call gives the thread its own
 /// fs_struct (unshare CLONE_FS: umask, root and working directory), so threads creating
 /// files for callers with different umasks do not race over the process's one.
