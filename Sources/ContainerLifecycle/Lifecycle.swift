@@ -92,9 +92,9 @@ public enum Lifecycle {
         init(_ store: Store, doing verb: String) throws(UserError) {
             update = try BundleSwitch.Lock.take(store)
             run = try RunLock(store: store)
+            // What a run killed with SIGKILL left mounted stays recorded for the next run to clear.
+            if let abandoned = run.abandonedMountpoint { run.record(mountpoint: abandoned) }
             if let holder = MountLock.holder(store) {
-                // A run killed with SIGKILL left this mount: the next run must still find it.
-                if let abandoned = run.abandonedMountpoint { run.record(mountpoint: abandoned) }
                 throw UserError("store \(store.path) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; \(verb) changes the app only while it is not running")
             }
             mount = try MountLock(store: store, mountpoint: "(containerfs \(verb), pid \(getpid()))")
