@@ -35,10 +35,13 @@ public enum Lifecycle {
         let hold = try Hold(store, doing: "update")
         let oldName = store.layout.bundleName
         if newName != oldName, access(at: store.rootFD, newName) {
-            throw UserError("\(path) already holds an entry named \(ContainerPath.printable(newName)) beside its app: remove it from the store first; nothing was changed")
+            throw UserError(
+                "\(path) already holds an entry named \(ContainerPath.printable(newName)) beside its app: remove it from the store first; nothing was changed"
+            )
         }
-        let working = try Store.buildAside(in: store.stateFD, beside: Array(name: "bundle"), "update", bundle: bundlePath,
-                                           seal: Store.seal(key), path: path)
+        let working = try Store.buildAside(
+            in: store.stateFD, beside: Array(name: "bundle"), "update", bundle: bundlePath,
+            seal: Store.seal(key), path: path)
         TestCrashPoint.reach("staged")
         // The staged copy is checked against its fresh signature, so that nothing changed
         // in it between signing and switching (a writer of the store, a bundle changing as
@@ -54,15 +57,18 @@ public enum Lifecycle {
         if !signed.isIntact {
             removeTree(at: store.stateFD, working)
             let what = signed.problem?.description ?? signed.changes.prefix(3).map(\.summary).joined(separator: ", ")
-            throw UserError("the new bundle \(ContainerPath.printable(newName)) changed while it was being installed (\(what)): nothing was changed; run the update again")
+            throw UserError(
+                "the new bundle \(ContainerPath.printable(newName)) changed while it was being installed (\(what)): nothing was changed; run the update again"
+            )
         }
         TestCrashPoint.reach("verified")
         // As iOS terminates the app to update it: its tmp/ goes.
         let emptied = Purge.emptyTemporary(store)
         try BundleSwitch.commit(store, working: working, newBundle: newName)
         withExtendedLifetime(hold) {}
-        return UpdateSummary(oldName: oldName, newName: newName, reinstalled: store.offloaded != nil, entries: signed.entries,
-                             files: signed.files, bytes: signed.bytes, temporaryEntries: emptied)
+        return UpdateSummary(
+            oldName: oldName, newName: newName, reinstalled: store.offloaded != nil, entries: signed.entries,
+            files: signed.files, bytes: signed.bytes, temporaryEntries: emptied)
     }
 
     /// Offloads the app of the store at `path`: records its name, manifest digest and size,
@@ -70,13 +76,17 @@ public enum Lifecycle {
     public static func offload(store path: String) throws(UserError) -> OffloadRecord {
         let store = try Store.open(path)
         if store.offloaded != nil {
-            throw UserError("the app \(ContainerPath.printable(store.layout.bundleName)) of \(path) is offloaded already: reinstall it with 'containerfs update \(path) --bundle PATH/\(ContainerPath.printable(store.layout.bundleName))'")
+            throw UserError(
+                "the app \(ContainerPath.printable(store.layout.bundleName)) of \(path) is offloaded already: reinstall it with 'containerfs update \(path) --bundle PATH/\(ContainerPath.printable(store.layout.bundleName))'"
+            )
         }
         let hold = try Hold(store, doing: "offload")
         let bundle = StorageUsage.measure(store).areas.first { $0.name == "bundle" }
-        let digest = BundleSignature.manifestDigest(of: store).map { $0.map { byte in String(byte, radix: 16).leftPadded(2) }.joined() } ?? ""
-        let record = OffloadRecord(bundleName: store.layout.bundleName, manifestDigest: digest,
-                                   bytes: UInt64(clamping: bundle?.bytes ?? 0), files: bundle?.files ?? 0)
+        let digest =
+            BundleSignature.manifestDigest(of: store).map { $0.map { byte in String(byte, radix: 16).leftPadded(2) }.joined() } ?? ""
+        let record = OffloadRecord(
+            bundleName: store.layout.bundleName, manifestDigest: digest,
+            bytes: UInt64(clamping: bundle?.bytes ?? 0), files: bundle?.files ?? 0)
         try OffloadRecord.offload(store, record)
         withExtendedLifetime(hold) {}
         return record
@@ -95,7 +105,9 @@ public enum Lifecycle {
             // What a run killed with SIGKILL left mounted stays recorded for the next run to clear.
             if let abandoned = run.abandonedMountpoint { run.record(mountpoint: abandoned) }
             if let holder = MountLock.holder(store) {
-                throw UserError("store \(store.path) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; \(verb) changes the app only while it is not running")
+                throw UserError(
+                    "store \(store.path) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; \(verb) changes the app only while it is not running"
+                )
             }
             mount = try MountLock(store: store, mountpoint: "(containerfs \(verb), pid \(getpid()))")
         }

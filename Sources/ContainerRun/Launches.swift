@@ -103,7 +103,12 @@ extension Run {
         }
         let removed = Purge.remove(chosen, from: store)
         let kept = caches.count - removed.files
-        let what = removed.files == 0 ? "caches kept" : removed.files == caches.count ? "all \(caches.count) cache file\(caches.count == 1 ? "" : "s") purged" : "\(removed.files) of \(caches.count) cache files purged"
+        let what =
+            removed.files == 0
+            ? "caches kept"
+            : removed.files == caches.count
+                ? "all \(caches.count) cache file\(caches.count == 1 ? "" : "s") purged"
+                : "\(removed.files) of \(caches.count) cache files purged"
         return "tmp/ emptied; \(what) (\(removed.bytes) bytes freed, \(kept) file\(kept == 1 ? "" : "s") kept)"
     }
 

@@ -95,7 +95,8 @@ public enum BundleSwitch {
         init?(decoding bytes: [UInt8]) {
             let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
             guard lines.count >= 3, String(decoding: lines[0], as: UTF8.self) == journalMagic,
-                  lines[1].starts(with: workingPrefix), !lines[1].contains(UInt8(ascii: "/")) else { return nil }
+                lines[1].starts(with: workingPrefix), !lines[1].contains(UInt8(ascii: "/"))
+            else { return nil }
             let numbers = lines[2].split(separator: UInt8(ascii: " ")).map { UInt64(String(decoding: $0, as: UTF8.self)) }
             guard numbers.count == 2, let device = numbers[0], let inode = numbers[1] else { return nil }
             self.init(working: Array(lines[1]), device: device, inode: inode)

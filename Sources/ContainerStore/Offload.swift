@@ -86,7 +86,9 @@ public struct OffloadRecord: Sendable, Equatable {
     /// The one line `mount`, `run` and `verify` refuse an offloaded app with.
     public func refusal(store: String) -> UserError {
         let name = ContainerPath.printable(bundleName)
-        return UserError("the app \(name) of \(store) is offloaded (its data is kept, its bundle removed): reinstall it with 'containerfs update \(store) --bundle PATH/\(name)'")
+        return UserError(
+            "the app \(name) of \(store) is offloaded (its data is kept, its bundle removed): reinstall it with 'containerfs update \(store) --bundle PATH/\(name)'"
+        )
     }
 }
 

@@ -32,7 +32,8 @@ struct Update: ParsableCommand {
             let new = ContainerPath.printable(summary.newName), old = ContainerPath.printable(summary.oldName)
             let what = summary.reinstalled ? "reinstalled \(new) in \(store)" : "updated \(store): \(old) replaced by \(new)"
             FileHandleOutput.standardOutput.write(
-                "\(what) (\(summary.files) files, \(summary.bytes) bytes, signed); Documents, Library and caches kept; tmp/ emptied (\(summary.temporaryEntries) entries)\n")
+                "\(what) (\(summary.files) files, \(summary.bytes) bytes, signed); Documents, Library and caches kept; tmp/ emptied (\(summary.temporaryEntries) entries)\n"
+            )
         }
     }
 }
@@ -55,7 +56,8 @@ struct Offload: ParsableCommand {
         try reportingErrors {
             let record = try Lifecycle.offload(store: store)
             FileHandleOutput.standardOutput.write(
-                "offloaded \(ContainerPath.printable(record.bundleName)) from \(store) (\(record.files) files, \(record.bytes) bytes; manifest SHA-256 \(record.manifestDigest)); its data is kept: reinstall it with 'containerfs update \(store) --bundle PATH/\(ContainerPath.printable(record.bundleName))'\n")
+                "offloaded \(ContainerPath.printable(record.bundleName)) from \(store) (\(record.files) files, \(record.bytes) bytes; manifest SHA-256 \(record.manifestDigest)); its data is kept: reinstall it with 'containerfs update \(store) --bundle PATH/\(ContainerPath.printable(record.bundleName))'\n"
+            )
         }
     }
 }

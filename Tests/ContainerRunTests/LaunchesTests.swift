@@ -8,7 +8,10 @@ struct LaunchesTests {
     @Test func splitMix64GivesTheReferenceSequence() {
         // The published test vector of SplitMix64 for seed 1234567.
         var generator = SplitMix64(seed: 1_234_567)
-        #expect([generator.next(), generator.next(), generator.next()] == [6_457_827_717_110_365_317, 3_203_168_211_198_807_973, 9_817_491_932_198_370_423])
+        #expect(
+            [generator.next(), generator.next(), generator.next()] == [
+                6_457_827_717_110_365_317, 3_203_168_211_198_807_973, 9_817_491_932_198_370_423,
+            ])
     }
 
     @Test func theSameSeedChoosesTheSameFiles() {
