@@ -35,7 +35,7 @@ struct BundleSwitchRecordTests {
         try BundleSwitch.writeAtomically(at: fd, OffloadRecord.fileName, record.encoded())
         #expect(try OffloadRecord.read(stateFD: fd, bundleName: name) == record)
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder) == ["offloaded"], "no working file is left")
-        try Data("containerfs offloaded 1\nab\nlots\n".utf8).write(to: URL(fileURLWithPath: folder + "/offloaded"))
+        try Data("containerfs offloaded 1\nab\nlots\n7\n".utf8).write(to: URL(fileURLWithPath: folder + "/offloaded"))
         #expect(throws: Errno.self) { try OffloadRecord.read(stateFD: fd, bundleName: name) }
     }
 }
