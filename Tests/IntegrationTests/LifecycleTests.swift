@@ -264,6 +264,50 @@ struct LifecycleTests {
         try expectCleanedUp(container)
     }
 
+    @Test("a signal during a launch reaches the program as in a single run, and no launch follows")
+    func signalDuringALaunch() throws {
+        let container = try MountedContainer()
+        // Launch 2 waits for SIGTERM and exits 0 on it: the exit status alone would go on.
+        let script = """
+            import os, signal, sys, time
+            launch = len([n for n in os.listdir("Documents") if n.startswith("launch")]) + 1
+            open("Documents/launch%d" % launch, "w").write("started")
+            if launch == 2:
+                signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(0))
+                open("Documents/ready", "w").write("ready")
+                while True:
+                    time.sleep(0.05)
+            """
+        let run = try BackgroundProgram(
+            [containerfsBinary, "run", container.store, "--launches", "4", "--", "python3", "-c", script])
+        #expect(waitForFile(container.stored("Documents/ready")), "launch 2 never started")
+        kill(run.pid, SIGTERM)
+        let result = run.wait()
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stderr.contains("launch 2 of 4 ended after signal 15: no further launch"), "\(result)")
+        let launched = try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents")).filter { $0.hasPrefix("launch") }
+        #expect(launched.sorted() == ["launch1", "launch2"])
+        try expectCleanedUp(container)
+    }
+
+    @Test("kill -9 of offload after its record leaves it offloaded at the next open, data kept")
+    func offloadKilled() throws {
+        let container = try MountedContainer()
+        try writeVersionOneData(container)
+        let data = try storeDigest(container.store, only: ["Documents", "Library"])
+        var environment = ProcessInfo.processInfo.environment
+        environment["CONTAINERFS_TEST_CRASH_AT"] = "offload-recorded"
+        let killed = try runProgram([containerfsBinary, "offload", container.store], environment: environment)
+        #expect(killed.status == SIGKILL, "\(killed)")
+        let usage = try containerfs(["usage", container.store])
+        #expect(usage.status == 0 && usage.stdout.contains("offloaded"), "\(usage)")
+        #expect(!FileManager.default.fileExists(atPath: container.stored("Demo.app")))
+        #expect(try storeDigest(container.store, only: ["Documents", "Library"]) == data)
+        let reinstalled = try containerfs(["update", container.store, "--bundle", try makeBundle(container.base, version: "v1")])
+        #expect(reinstalled.status == 0, "\(reinstalled)")
+        #expect(try containerfs(["verify", container.store]).status == 0)
+    }
+
     @Test("bad input: one line, exit 64 or 1, nothing changed")
     func badInput() throws {
         let container = try MountedContainer()
