@@ -45,14 +45,16 @@ let package = Package(
         .target(name: "ContainerPurge", dependencies: ["ContainerStore", "ContainerPolicy", "CLinux"]),
         // Mounting in the background, unmounting, and running a program confined to its
         // container (bubblewrap, signal relay, clean-up).
-        .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        // The app's lifecycle: update (a new version over the old one's data) and offload.
+        .target(name: "ContainerLifecycle", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         // The FUSE adapter: callbacks → handlers → policy → store.
         .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "ContainerPurge", "CFuse", "CLinux"]),
         // The command line only: parse, call one domain, print.
         .executableTarget(
             name: "containerfs",
             dependencies: [
-                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerPurge", "ContainerSigning", "ContainerStore",
+                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerLifecycle", "ContainerPurge", "ContainerSigning", "ContainerStore",
                 "ContainerPolicy",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

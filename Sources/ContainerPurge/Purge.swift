@@ -299,3 +299,23 @@ public enum Quantity {
         return seconds.isFinite && seconds <= maximumSeconds ? seconds : nil
     }
 }
+
+extension Purge {
+    /// Deletes the tagged files `tags` of a store that is not mounted (each checked to be
+    /// the regular file its tag names, as purge does), and drops them from a trusted
+    /// index. Returns how many files went and their bytes. `run --launches` calls it
+    /// between launches with the share of the caches it drew.
+    public static func remove(_ tags: [Tag], from store: Store) -> (files: Int, bytes: Int64) {
+        var walker = ParentWalker(rootFD: store.rootFD, capacity: 64)
+        defer { walker.close() }
+        var removed: [Tag] = []
+        for tag in tags {
+            if case .success = walker.unlink(tag) { removed.append(tag) }
+        }
+        if MountLock.holder(store) == nil, let index = TagIndex.load(store) {
+            let gone = Set(removed.map(\.inode))
+            TagIndex.write(store, index.filter { !gone.contains($0.inode) }, identity: TagIndex.mountIdentity(store))
+        }
+        return (removed.count, removed.reduce(0) { $0.addingReportingOverflow($1.size).overflow ? Int64.max : $0 + $1.size })
+    }
+}

@@ -18,6 +18,8 @@ public struct StorageUsage: Sendable {
         public var backedUp: Bool
         /// Deleted by purge or when the app stops.
         public var purgeable: Bool
+        /// The bundle of an offloaded app: removed, its data kept (`containerfs offload`).
+        public var offloaded = false
     }
 
     public var areas: [Area]
@@ -42,6 +44,7 @@ public struct StorageUsage: Sendable {
         var areas: [Area] = []
         for (name, path, folder, skipped, backedUp, purgeable) in lines {
             var area = Area(name: name, path: path, backedUp: backedUp, purgeable: purgeable)
+            area.offloaded = name == "bundle" && store.offloaded != nil
             let fd = withCName(folder.bytes) { openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             if fd >= 0 {
                 StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { _, info in

@@ -60,7 +60,7 @@ extension Store {
     public typealias Seal = (_ rootFD: Int32, _ stateFD: Int32, _ bundleName: [UInt8]) throws -> Void
 
     /// Checks the bundle path and returns the bundle's name.
-    private static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
+    public static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
         var info = stat()
         guard lstat(bundlePath, &info) == 0 else {
             throw UserError.usage("no bundle at \(bundlePath): name an existing NAME.app folder with --bundle")

@@ -10,7 +10,8 @@ struct UsageCommand: ParsableCommand {
         discussion: """
             Per area — the bundle, Documents (without the Inbox), the Inbox, Library (without
             Caches), Library/Caches and tmp — the bytes and number of regular files, as a phone's
-            storage view shows them, with a bar per area on a terminal.
+            storage view shows them, with a bar per area on a terminal. The bundle of an
+            offloaded app (`containerfs offload`) is marked offloaded.
             """)
 
     @Argument(help: "Container stores.")
@@ -45,7 +46,7 @@ struct UsageCommand: ParsableCommand {
         output.write("\(store.path)\n")
         let largest = max(1, usage.areas.map(\.bytes).max() ?? 1)
         for area in usage.areas {
-            let mark = area.backedUp ? "backed up" : area.purgeable ? "purgeable" : "reinstalled"
+            let mark = area.offloaded ? "offloaded" : area.backedUp ? "backed up" : area.purgeable ? "purgeable" : "reinstalled"
             var line = "  " + pad(area.name, 10) + pad(humanBytes(area.bytes), 10, right: true)
                 + pad("\(area.files) file\(area.files == 1 ? "" : "s")", 14, right: true) + "  " + pad(mark, 11)
             if bars {
@@ -61,7 +62,7 @@ struct UsageCommand: ParsableCommand {
 
     private func printJSON(_ store: Store, _ usage: StorageUsage, _ output: inout BufferedOutput) {
         let areas = usage.areas.map {
-            "{\"area\":\(jsonString($0.name)),\"path\":\(jsonString($0.path)),\"bytes\":\($0.bytes),\"files\":\($0.files),\"backedUp\":\($0.backedUp),\"purgeable\":\($0.purgeable)}"
+            "{\"area\":\(jsonString($0.name)),\"path\":\(jsonString($0.path)),\"bytes\":\($0.bytes),\"files\":\($0.files),\"backedUp\":\($0.backedUp),\"purgeable\":\($0.purgeable),\"offloaded\":\($0.offloaded)}"
         }
         output.write("{\"store\":\(jsonString(store.path)),\"areas\":[\(areas.joined(separator: ","))],\"totalBytes\":\(usage.totalBytes),\"totalFiles\":\(usage.totalFiles)}")
     }
