@@ -10,9 +10,9 @@ import Glibc
 /// archive as on disk, streamed as a multipart upload while it is written, and fetched
 /// into a private temporary file that the ordinary restore verifies and restores.
 public enum ObjectStoreBackup {
-    /// Parts are at least this large: S3's minimum is 5 MiB, and a few parts in memory
-    /// (the one being filled, one being sent, one waiting, the manifest's and the one a
-    /// file's entry started in) stay well below 64 MiB.
+    /// Parts are at least this large: S3's minimum is 5 MiB, and the parts in memory (the
+    /// one being filled, the one being sent, the manifest's, and the one the current
+    /// file's entry started in) stay at 32 MiB at most.
     static let minimumPartSize = 8 << 20
     /// S3 allows 10,000 parts; the estimate leaves room for an archive that grows.
     static let plannedParts: Int64 = 9000
@@ -40,7 +40,13 @@ public enum ObjectStoreBackup {
         } catch {
             throw userError(error, doing: "cannot back up to \(url)", nothingStored: url)
         }
-        let sink = UploadArchiveSink(upload: upload, partSize: partSize(for: set), uploader: try PartUploader(upload: upload, config: config))
+        let sink: UploadArchiveSink
+        do {
+            sink = try UploadArchiveSink(upload: upload, partSize: partSize(for: set), uploader: try PartUploader(upload: upload, config: config))
+        } catch {
+            upload.abort(client: client)
+            throw UserError("cannot back up to \(url): \(error)")
+        }
         do {
             var backup = try BackupWriter(store: store, set: set, sink: sink, progress: progress)
             var summary = try backup.run()
@@ -89,10 +95,8 @@ public enum ObjectStoreBackup {
         let archivePath = "/proc/self/fd/\(fd)"
         do {
             return try Restore.restore(archive: archivePath, to: storePath, bundle: bundlePath, installerKey: installerKey, progress: progress)
-        } catch let error as UserError {
-            throw UserError(error.message.replacingOccurrences(of: archivePath, with: url.description), exitCode: error.exitCode)
         } catch {
-            throw UserError("cannot restore from \(url): \(error)")
+            throw UserError(error.message.replacingOccurrences(of: archivePath, with: url.description), exitCode: error.exitCode)
         }
     }
 
@@ -171,12 +175,16 @@ private final class PartBuffer: @unchecked Sendable {
     let memory: UnsafeMutableRawBufferPointer
     var count = 0
 
-    init(index: Int, capacity: Int) {
+    /// Mapped, not malloc'ed: freed parts go back to the system at once, where malloc
+    /// would keep them in its arenas (its mmap threshold grows to 32 MiB after a free).
+    init(index: Int, capacity: Int) throws {
         self.index = index
-        memory = .allocate(byteCount: capacity, alignment: 4096)
+        let address = mmap(nil, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        guard let address, address != MAP_FAILED else { throw Errno.current }
+        memory = UnsafeMutableRawBufferPointer(start: address, count: capacity)
     }
 
-    deinit { memory.deallocate() }
+    deinit { munmap(memory.baseAddress, memory.count) }
 
     var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: memory[0..<count]) }
 }
@@ -200,11 +208,11 @@ final class UploadArchiveSink: ArchiveSink {
     private var mark: Int64 = 0
     private var markPart: PartBuffer?
 
-    init(upload: MultipartUpload, partSize: Int, uploader: PartUploader) {
+    init(upload: MultipartUpload, partSize: Int, uploader: PartUploader) throws {
         self.upload = upload
         self.partSize = partSize
         self.uploader = uploader
-        current = PartBuffer(index: 0, capacity: partSize)
+        current = try PartBuffer(index: 0, capacity: partSize)
     }
 
     func append(_ data: UnsafeRawBufferPointer) throws {
@@ -233,7 +241,7 @@ final class UploadArchiveSink: ArchiveSink {
         guard part.index + 1 < 10_000 else {
             throw UserError("the archive outgrew S3's 10,000 parts of \(partSize >> 20) MiB: the container grew a lot during the backup; try again")
         }
-        current = PartBuffer(index: part.index + 1, capacity: partSize)
+        current = try PartBuffer(index: part.index + 1, capacity: partSize)
     }
 
     func flush() throws {}
@@ -298,7 +306,7 @@ final class UploadArchiveSink: ArchiveSink {
 }
 
 /// Sends parts on a thread of its own (with its own connection), so that reading files
-/// and sending parts overlap; at most one part waits while one is sent.
+/// and sending parts overlap: one part is sent while the next is filled.
 final class PartUploader: @unchecked Sendable {
     private let upload: MultipartUpload
     private let client: ObjectStoreClient
@@ -319,12 +327,13 @@ final class PartUploader: @unchecked Sendable {
         thread.start()
     }
 
-    /// Queues a part; waits while another one is already waiting. Throws the first
-    /// failure of a part sent before.
+    /// Hands a part over; waits while the one before is still being sent (the store is
+    /// slower than the archive is written: a part waiting would only cost memory).
+    /// Throws the first failure of a part sent before.
     fileprivate func send(_ part: PartBuffer) throws {
         condition.lock()
         defer { condition.unlock() }
-        while queue.count >= 1, failure == nil { condition.wait() }
+        while !queue.isEmpty || sending, failure == nil { condition.wait() }
         if let failure { throw failure }
         queue.append(part)
         condition.broadcast()

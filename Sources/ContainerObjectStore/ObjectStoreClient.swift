@@ -71,7 +71,7 @@ public final class ObjectStoreClient {
     /// `progress` is told the bytes so far.
     func send(_ method: String, bucket: String, key: String = "", query: [(String, String)] = [],
               body: RequestBody = .none, range: ClosedRange<Int64>? = nil, download: Int32? = nil,
-              progress: ((Int64, Int64) -> Void)? = nil) throws(ObjectStoreError) -> ObjectStoreResponse {
+              progress: ((Int64, Int64) -> Void)? = nil, interruptible: Bool = true) throws(ObjectStoreError) -> ObjectStoreResponse {
         var attempt = 0
         let start = download.map { lseek($0, 0, SEEK_CUR) } ?? 0  // where a retried download starts over
         while true {
@@ -81,9 +81,10 @@ public final class ObjectStoreClient {
                 _ = lseek(download, start, SEEK_SET)
             }
             do {
-                return try perform(method, bucket: bucket, key: key, query: query, body: body, range: range, download: download, progress: progress)
+                return try perform(method, bucket: bucket, key: key, query: query, body: body, range: range, download: download,
+                                   progress: progress, interruptible: interruptible)
             } catch {
-                guard error.retryable, attempt < ObjectStoreClient.backoff.count, ccurl_interruption() == 0 else { throw error }
+                guard error.retryable, attempt < ObjectStoreClient.backoff.count, !interruptible || ccurl_interruption() == 0 else { throw error }
                 // Full jitter, so that many clients do not come back at once.
                 usleep(UInt32(ObjectStoreClient.backoff[attempt] * Double.random(in: 0.5...1) * 1_000_000))
                 attempt += 1
@@ -92,9 +93,11 @@ public final class ObjectStoreClient {
     }
 
     private func perform(_ method: String, bucket: String, key: String, query: [(String, String)], body: RequestBody,
-                         range: ClosedRange<Int64>?, download: Int32?, progress: ((Int64, Int64) -> Void)?) throws(ObjectStoreError) -> ObjectStoreResponse {
+                         range: ClosedRange<Int64>?, download: Int32?, progress: ((Int64, Int64) -> Void)?,
+                         interruptible: Bool) throws(ObjectStoreError) -> ObjectStoreResponse {
         curl_easy_reset(handle)
         let transfer = Transfer(download: download, progress: progress)
+        transfer.interruptible = interruptible
         let url = config.url(bucket: bucket, key: key, query: ObjectStoreConfig.canonicalQuery(query))
         var headers: [String] = []
         switch body {
@@ -158,7 +161,7 @@ public final class ObjectStoreClient {
 
         let result = curl_easy_perform(handle)
         if let error = transfer.writeError { throw error }
-        if ccurl_interruption() != 0 { throw .interrupted(ccurl_interruption()) }
+        if interruptible, ccurl_interruption() != 0 { throw .interrupted(ccurl_interruption()) }
         guard result == CURLE_OK else { throw transportError(result) }
         var response = ObjectStoreResponse()
         response.status = transfer.status
@@ -226,6 +229,8 @@ private final class Transfer {
     let download: Int32?
     var downloaded: Int64 = 0
     var writeError: ObjectStoreError?
+    /// Whether SIGINT or SIGTERM ends the transfer (not the abort that cleans up after them).
+    var interruptible = true
     let progress: ((Int64, Int64) -> Void)?
 
     init(download: Int32?, progress: ((Int64, Int64) -> Void)?) {
@@ -290,8 +295,9 @@ private let readCallback: curl_write_callback = { buffer, size, count, context i
 }
 
 /// Ends a transfer when SIGINT or SIGTERM came.
-private let progressCallback: curl_xferinfo_callback = { _, _, _, _, _ in
-    ccurl_interruption() == 0 ? 0 : 1
+private let progressCallback: curl_xferinfo_callback = { context, _, _, _, _ in
+    let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+    return transfer.interruptible && ccurl_interruption() != 0 ? 1 : 0
 }
 
 /// Lowercase hexadecimal.

@@ -51,11 +51,12 @@ public final class MultipartUpload: @unchecked Sendable {
         }
     }
 
-    /// Drops the parts sent; nothing is left at the key. Best effort: a server that is
-    /// gone keeps them until its lifecycle rule (AbortIncompleteMultipartUpload) does.
+    /// Drops the parts sent; nothing is left at the key. Runs even after SIGINT or
+    /// SIGTERM. Best effort: a server that is gone keeps the parts until its lifecycle
+    /// rule (AbortIncompleteMultipartUpload) drops them; the object never appears.
     @discardableResult
     public func abort(client: ObjectStoreClient) -> Bool {
-        (try? client.send("DELETE", bucket: url.bucket, key: url.key, query: [("uploadId", uploadID)])) != nil
+        (try? client.send("DELETE", bucket: url.bucket, key: url.key, query: [("uploadId", uploadID)], interruptible: false)) != nil
     }
 }
 
