@@ -221,7 +221,7 @@ private final class Transfer {
         didSet {
             postStorage?.deallocate()
             postStorage = .allocate(byteCount: max(postBytes.count, 1), alignment: 1)
-            postStorage!.copyMemory(from: UnsafeRawBufferPointer(start: postBytes, count: postBytes.count))
+            postBytes.withUnsafeBytes { postStorage!.copyMemory(from: $0) }
         }
     }
     private var postStorage: UnsafeMutableRawBufferPointer?
