@@ -1,4 +1,5 @@
 #include "CCurl.h"
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 
@@ -45,6 +46,13 @@ void ccurl_catch_interruptions(void) {
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
+    // A parent may have started us with them blocked (Foundation's Process does): they
+    // would stay pending, and the upload would not stop.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &signals, NULL);
 }
 
 int ccurl_interruption(void) {

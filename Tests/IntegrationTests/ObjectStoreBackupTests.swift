@@ -17,7 +17,7 @@ struct ObjectStoreBackupTests {
             try FileManager.default.createDirectory(atPath: documents + "/empty/deeper", withIntermediateDirectories: true)
             try FileManager.default.createSymbolicLink(atPath: documents + "/latest", withDestinationPath: "notes.txt")
             #expect(link(documents + "/notes.txt", documents + "/hard.txt") == 0)
-            let odd = Array(documents.utf8) + Array("/caf\u{e9}-".utf8) + [0xFF, 0xFE] + Array(".bin".utf8)
+            let odd = Array(documents.utf8) + Array("/caf\u{e9}-".utf8) + [0xFF, 0xFE] + Array(".bin".utf8) + [0]
             let fd = odd.map { CChar(bitPattern: $0) }.withUnsafeBufferPointer { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o640) }
             #expect(fd >= 0)
             _ = "not utf-8".withCString { write(fd, $0, 9) }
@@ -70,7 +70,7 @@ struct ObjectStoreBackupTests {
             #expect(!FileManager.default.fileExists(atPath: mountpoint + "/Documents/skip.txt"))
             let colour = try runProgram(["getfattr", "--only-values", "-n", "user.colour", mountpoint + "/Documents/notes.txt"])
             #expect(colour.stdout == "blue", "\(colour)")
-            let oddMounted = Array(mountpoint.utf8) + Array("/Documents/caf\u{e9}-".utf8) + [0xFF, 0xFE] + Array(".bin".utf8)
+            let oddMounted = Array(mountpoint.utf8) + Array("/Documents/caf\u{e9}-".utf8) + [0xFF, 0xFE] + Array(".bin".utf8) + [0]
             var info = stat()
             #expect(oddMounted.map { CChar(bitPattern: $0) }.withUnsafeBufferPointer { lstat($0.baseAddress!, &info) } == 0 && info.st_size == 9)
             var notes = stat()

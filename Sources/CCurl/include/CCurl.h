@@ -24,7 +24,8 @@ CURLcode ccurl_getinfo_long(CURL *handle, CURLINFO info, long *value);
 
 /// Makes SIGINT and SIGTERM set a flag instead of ending the process, so that an upload
 /// can abort its multipart upload before it exits; `ccurl_interruption` reads the flag
-/// (the signal's number, or 0). `ccurl_restore_signals` puts the default actions back.
+/// (the signal's number, or 0); both are unblocked in the calling thread (and the
+/// threads it starts later). `ccurl_restore_signals` puts the default actions back.
 void ccurl_catch_interruptions(void);
 int ccurl_interruption(void);
 void ccurl_restore_signals(void);
