@@ -222,6 +222,52 @@ struct ObjectStoreBackupTests {
     }
 }
 
+extension ObjectStoreBackupTests {
+    /// A 20 MiB file rewritten over and over during uploads spans several parts: when it
+    /// changes while read, its entry is taken back by sending the part it began in again
+    /// (and the parts after it), and the object never holds it half old, half new.
+    @Test func fileRewrittenDuringUploadIsNeverTorn() throws {
+        try withSeaweedFS { server in
+            let source = try MountedContainer()
+            let path = source.stored("Documents/busy.bin")
+            try Data(repeating: 0x41, count: 20 << 20).write(to: URL(fileURLWithPath: path))
+            try Data(repeating: 0x7A, count: 3 << 20).write(to: URL(fileURLWithPath: source.stored("Documents/a-before.bin")))
+            let writer = Process()
+            writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            writer.arguments = ["python3", "-c", """
+                import os, sys, time
+                fd = os.open(sys.argv[1], os.O_WRONLY)
+                for i in range(600):
+                    block = bytes([0x42 + i % 20]) * (1 << 20)
+                    for j in range(20): os.pwrite(fd, block, j << 20)
+                    time.sleep(1.0)
+                """, path]
+            try writer.run()
+            // SIGKILL: the test runner starts children with SIGTERM blocked.
+            defer {
+                kill(writer.processIdentifier, SIGKILL)
+                writer.waitUntilExit()
+            }
+            for round in 0..<2 {
+                let key = "busy-\(round).tar"
+                let backup = try server.containerfs(["backup", source.store, "s3://\(SeaweedFS.bucket)/\(key)"])
+                #expect(backup.status == 0, "\(backup)")
+                let object = try #require(try server.object(key))
+                let extracted = source.base + "/x\(round)"
+                try FileManager.default.createDirectory(atPath: extracted, withIntermediateDirectories: true)
+                try object.write(to: URL(fileURLWithPath: extracted + ".tar"))
+                #expect(try runProgram(["tar", "-xf", extracted + ".tar", "-C", extracted]).status == 0)
+                let data = try Data(contentsOf: URL(fileURLWithPath: extracted + "/Documents/busy.bin"))
+                #expect(data.count == 20 << 20)
+                #expect(Set(data).count == 1, "round \(round): the archived file mixes versions")
+                // And the archive is whole: the manifest's SHA-256 of every file holds.
+                let restore = try server.containerfs(["restore", "s3://\(SeaweedFS.bucket)/\(key)", source.base + "/r\(round)", "--bundle", source.base + "/Demo.app"])
+                #expect(restore.status == 0, "\(restore)")
+            }
+        }
+    }
+}
+
 /// The `peak %M` line GNU time printed, in KiB.
 private func peakKiB(_ stderr: String) -> Int {
     stderr.split(separator: "\n").compactMap { $0.hasPrefix("peak ") ? Int($0.dropFirst(5)) : nil }.last ?? 0
