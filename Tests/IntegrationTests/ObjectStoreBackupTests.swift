@@ -111,17 +111,8 @@ struct ObjectStoreBackupTests {
             let source = try MountedContainer()
             #expect(try runProgram(["sh", "-c", "head -c \(256 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
             let url = "s3://\(SeaweedFS.bucket)/killed.tar"
-            let backup = Process()
-            backup.executableURL = URL(fileURLWithPath: containerfsBinary)
-            backup.arguments = ["backup", source.store, url]
-            backup.environment = server.environment
-            let errors = Pipe()
-            backup.standardError = errors
-            backup.standardOutput = FileHandle.nullDevice
-            try backup.run()
-            // Once parts are going up (a pending multipart upload), the server dies.
-            let deadline = Date().addingTimeInterval(30)
-            while try server.pendingUploads().isEmpty, Date() < deadline { usleep(100_000) }
+            let (backup, errors) = try startUploading(source.store, to: url, server: server)
+            // Parts are going up: the server dies.
             usleep(500_000)
             server.kill()
             let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
@@ -144,16 +135,7 @@ struct ObjectStoreBackupTests {
             #expect(try runProgram(["sh", "-c", "head -c \(256 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
             for (signal, status) in [(SIGINT, Int32(130)), (SIGTERM, Int32(143))] {
                 let key = "interrupted-\(signal).tar"
-                let backup = Process()
-                backup.executableURL = URL(fileURLWithPath: containerfsBinary)
-                backup.arguments = ["backup", source.store, "s3://\(SeaweedFS.bucket)/\(key)"]
-                backup.environment = server.environment
-                let errors = Pipe()
-                backup.standardError = errors
-                backup.standardOutput = FileHandle.nullDevice
-                try backup.run()
-                let deadline = Date().addingTimeInterval(30)
-                while try server.pendingUploads().isEmpty, Date() < deadline { usleep(100_000) }
+                let (backup, errors) = try startUploading(source.store, to: "s3://\(SeaweedFS.bucket)/\(key)", server: server)
                 kill(backup.processIdentifier, signal)
                 let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
                 backup.waitUntilExit()
@@ -266,6 +248,22 @@ extension ObjectStoreBackupTests {
             }
         }
     }
+}
+
+/// Starts `containerfs backup STORE URL` in the background and returns once its multipart
+/// upload is under way, with its stderr to read.
+private func startUploading(_ store: String, to url: String, server: SeaweedFS) throws -> (Process, Pipe) {
+    let backup = Process()
+    backup.executableURL = URL(fileURLWithPath: containerfsBinary)
+    backup.arguments = ["backup", store, url]
+    backup.environment = server.environment
+    let errors = Pipe()
+    backup.standardError = errors
+    backup.standardOutput = FileHandle.nullDevice
+    try backup.run()
+    let deadline = Date().addingTimeInterval(30)
+    while try server.pendingUploads().isEmpty, Date() < deadline { usleep(100_000) }
+    return (backup, errors)
 }
 
 /// The `peak %M` line GNU time printed, in KiB.
