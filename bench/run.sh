@@ -42,6 +42,8 @@ python3 "$here/bench.py" "$@" || status=$?
 "$here/verify.sh" "$@" || status=$?
 # Backup and restore (issue 5): against tar -c / tar -x of the same files.
 "$here/backup.sh" "$@" || status=$?
+# Backups to an object store (issue 16): against rclone copying the same archive.
+"$here/objectstore.sh" "$@" || status=$?
 # Tags and purge (issue 4): tagging overhead, and purge against rm of the same files.
 "$here/purge.sh" "$1" || status=$?
 # What one synchronous hop costs here: the floor under the metadata rows.
