@@ -4,6 +4,8 @@
 set -euo pipefail
 
 packages=(libfuse3-dev liburing-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 tar libarchive-dev)
+# For `make deb` and its tests: dpkg-shlibdeps and strip, lintian, a clean Debian root, man.
+packages+=(dpkg-dev binutils lintian debootstrap man-db)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine g++); fi
 
 missing=()
