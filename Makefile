@@ -9,8 +9,10 @@ PREFIX ?= /usr/local
 VERSION := $(shell sed -n 's/^let containerfsVersion = "\(.*\)"$$/\1/p' Sources/containerfs/Version.swift)
 ARCH := $(shell dpkg --print-architecture 2>/dev/null)
 DEB = containerfs_$(VERSION)_$(ARCH).deb
-# The package's build: the Swift runtime linked in statically, in a folder of its own.
+# The package's build: the Swift runtime linked in statically, in a folder of its own, and
+# with relocations resolved at start so that they can be read-only (full RELRO).
 STATIC_BUILD = .build-static
+DEB_BUILD_FLAGS = -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) -Xlinker -z -Xlinker now $(BUILD_FLAGS)
 
 .PHONY: deps build release test demo bench install deb clean
 
@@ -46,8 +48,8 @@ install: release
 
 # The package for Debian 12 and later: needs no Swift where it is installed (docs/packaging.md).
 deb: deps
-	$(SWIFT) build -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) $(BUILD_FLAGS)
-	$(SWIFT) build -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) $(BUILD_FLAGS) --product generate-manual
+	$(SWIFT) build $(DEB_BUILD_FLAGS)
+	$(SWIFT) build $(DEB_BUILD_FLAGS) --product generate-manual
 	scripts/build-deb.sh $(STATIC_BUILD) $(VERSION) $(DEB)
 
 clean:

@@ -127,5 +127,7 @@ EOF
 
 find "$stage" -type d -exec chmod 0755 {} +
 find "$stage" -exec touch -h -d "@$epoch" {} +
-dpkg-deb --root-owner-group -Zxz --build "$stage" "$output" >/dev/null
+# Written aside and renamed, so that a package by that name is always whole.
+dpkg-deb --root-owner-group -Zxz --build "$stage" "$output.partial" >/dev/null
+mv "$output.partial" "$output"
 echo "built $output ($(du -k "$output" | cut -f1) kB)"
