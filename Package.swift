@@ -25,23 +25,45 @@ let package = Package(
         .target(name: "CArchive", linkerSettings: [.linkedLibrary("archive")]),
         // The rules. Pure: no FUSE, no I/O.
         .target(name: "ContainerPolicy"),
-        // The store on disk: layout, state folder, audit log, mount lock.
+        // The store on disk: opening and creating it, its state folder and locks, the audit
+        // log, errors, and delivery into its Inbox.
+        .target(name: "ContainerStore", dependencies: ["ContainerPolicy", "CLinux"]),
+        // The signed bundle: manifest, scan, signature, installer key.
         .target(
-            name: "ContainerStore",
-            dependencies: ["ContainerPolicy", "CLinux", "CArchive", .product(name: "Crypto", package: "swift-crypto")]
+            name: "ContainerSigning",
+            dependencies: ["ContainerStore", "ContainerPolicy", "CLinux", .product(name: "Crypto", package: "swift-crypto")]
         ),
+        // Backups: the backup set and its exclusions, archives (libarchive), restore.
+        .target(
+            name: "ContainerBackup",
+            dependencies: [
+                "ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux", "CArchive",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // Caches and tmp: tags, last uses, the tag index, purge, usage.
+        .target(name: "ContainerPurge", dependencies: ["ContainerStore", "ContainerPolicy", "CLinux"]),
+        // Mounting in the background, unmounting, and running a program confined to its
+        // container (bubblewrap, signal relay, clean-up).
+        .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
         // The FUSE adapter: callbacks → handlers → policy → store.
-        .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "CFuse", "CLinux"]),
+        .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "ContainerPurge", "CFuse", "CLinux"]),
+        // The command line only: parse, call one domain, print.
         .executableTarget(
             name: "containerfs",
             dependencies: [
-                "ContainerFS", "ContainerStore", "ContainerPolicy",
+                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerPurge", "ContainerSigning", "ContainerStore",
+                "ContainerPolicy",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "ContainerPolicyTests", dependencies: ["ContainerPolicy"]),
         .testTarget(name: "ContainerStoreTests", dependencies: ["ContainerStore", "ContainerPolicy"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(name: "ContainerSigningTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(name: "ContainerPurgeTests", dependencies: ["ContainerPurge", "ContainerStore", "ContainerPolicy"]),
+        .testTarget(name: "ContainerRunTests", dependencies: ["ContainerRun", "ContainerStore", "ContainerPolicy"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
     ],
     swiftLanguageModes: [.v6]
 )

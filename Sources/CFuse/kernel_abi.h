@@ -1,6 +1,6 @@
 // The parts of the kernel's FUSE protocol (7.42, Linux 6.14) that Debian 12's
 // linux/fuse.h (7.38) and libfuse 3.14 lack (passthrough and FUSE over io_uring), or that
-// libfuse 3.14 does not pass on (the kill-set-ID flags of requests).
+// libfuse 3.14 does not pass on (the kill-set-ID flags of requests, O_TMPFILE).
 #ifndef CFUSE_KERNEL_ABI_H
 #define CFUSE_KERNEL_ABI_H
 
@@ -12,6 +12,7 @@ enum {
     KERNEL_FUSE_WRITE = 16,
     KERNEL_FUSE_INIT = 26,
     KERNEL_FUSE_CREATE = 35,
+    KERNEL_FUSE_TMPFILE = 51,               // protocol 7.39, Linux 6.7
     KERNEL_HANDLE_KILLPRIV_V2 = 1u << 28,   // flags
     KERNEL_OPEN_KILL_SUIDGID = 1u << 0,     // open_flags of OPEN and CREATE
     KERNEL_WRITE_KILL_SUIDGID = 1u << 2,    // write_flags of WRITE

@@ -32,7 +32,7 @@ bool ring_serving(void);
 unsigned long ring_requests_served(void);
 
 /// (shim.c) Looks at a request as the kernel sent it, before libfuse decodes it, on the
-/// thread that will serve it.
-void note_request(const void *request, size_t size);
+/// thread that will serve it (and presents a TMPFILE to libfuse as a CREATE).
+void note_request(void *request, size_t size);
 
 #endif

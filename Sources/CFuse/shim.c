@@ -58,14 +58,29 @@ static _Atomic uint32_t init_offered;        // its flags2, when flags2 is valid
 static atomic_bool passthrough_active, uring_accepted;
 static _Thread_local int pending_backing_id; // for the reply this thread is about to send
 static _Thread_local bool request_kills_suidgid; // the request this thread serves
+static _Thread_local bool request_is_tmpfile;    // the CREATE this thread serves was a TMPFILE
 
-void note_request(const void *request, size_t size) {
+void note_request(void *request, size_t size) {
     request_kills_suidgid = false;
-    const struct kernel_in_header *in = request;
+    request_is_tmpfile = false;
+    struct kernel_in_header *in = request;
     if (size < sizeof *in) return;
     const void *argument = in + 1;
     size_t argument_size = size - sizeof *in;
     switch (in->opcode) {
+    case KERNEL_FUSE_TMPFILE: {
+        // open(dir, O_TMPFILE): libfuse 3.14 has no tmpfile operation and would answer
+        // ENOSYS (then the kernel gives EOPNOTSUPP). The request is a CREATE in all but
+        // its opcode (fuse_create_in, then the name "/"; the reply is an entry and an
+        // open file), so libfuse gets it as one, and the handler asks which it was.
+        const char *name = (const char *)argument + sizeof(struct kernel_create_in);
+        size_t name_size = argument_size > sizeof(struct kernel_create_in) ? argument_size - sizeof(struct kernel_create_in) : 0;
+        if (name_size >= 2 && name[0] == '/' && name[1] == '\0') {
+            in->opcode = KERNEL_FUSE_CREATE;
+            request_is_tmpfile = true;
+        }
+        break;
+    }
     case KERNEL_FUSE_INIT:
         if (argument_size >= sizeof(struct kernel_init_in)) {
             const struct kernel_init_in *init = argument;
@@ -90,6 +105,8 @@ void note_request(const void *request, size_t size) {
 }
 
 bool cfuse_request_kills_suidgid(void) { return request_kills_suidgid; }
+
+bool cfuse_request_is_tmpfile(void) { return request_is_tmpfile; }
 
 static ssize_t session_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;

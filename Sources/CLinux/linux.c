@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <linux/openat2.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 const int clinux_O_PATH = O_PATH;
 const int clinux_O_DIRECT = O_DIRECT;
+const int clinux_O_TMPFILE = O_TMPFILE;
 const int clinux_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const unsigned clinux_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const unsigned clinux_RENAME_EXCHANGE = RENAME_EXCHANGE;
@@ -42,6 +44,23 @@ int clinux_fchmod_path_fd(int fd, mode_t mode) {
 
 int clinux_setfsuid(uid_t uid) { return setfsuid(uid); }
 int clinux_setfsgid(gid_t gid) { return setfsgid(gid); }
+
+// The umask this thread creates with; -1 while it still shares the process's.
+static _Thread_local int thread_umask = -1;
+
+int clinux_use_umask(mode_t mask) {
+    mask &= 0777;
+    if (thread_umask < 0) {
+        // The umask belongs to the fs_struct, which threads share unless one unshares it.
+        if (unshare(CLONE_FS) != 0) return -1;
+        umask(mask);
+        thread_umask = (int)mask;
+    } else if ((mode_t)thread_umask != mask) {
+        umask(mask);
+        thread_umask = (int)mask;
+    }
+    return 0;
+}
 
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned flags) {
     return copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);

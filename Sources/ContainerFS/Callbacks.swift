@@ -16,7 +16,22 @@ private func fileSystem(_ request: fuse_req_t?) -> FileSystem {
 @inline(__always)
 private func caller(_ request: fuse_req_t?) -> Caller {
     let context = fuse_req_ctx(request)!.pointee
-    return Caller(uid: context.uid, gid: context.gid, pid: context.pid)
+    return Caller(uid: context.uid, gid: context.gid, pid: context.pid, umask: context.umask, request: request)
+}
+
+extension Caller {
+    /// Whether the caller has `group` among its supplementary groups. Slow (libfuse reads
+    /// the caller's /proc status): for rare paths only.
+    func isMember(of group: gid_t) -> Bool {
+        var groups = [gid_t](repeating: 0, count: 64)
+        var count = Int(fuse_req_getgroups(request, Int32(groups.count), &groups))
+        if count > groups.count {
+            // More than there was room for: the count is how many the caller has.
+            groups = [gid_t](repeating: 0, count: count)
+            count = Int(fuse_req_getgroups(request, Int32(clamping: groups.count), &groups))
+        }
+        return count > 0 && groups.prefix(min(count, groups.count)).contains(group)
+    }
 }
 
 /// Runs `body`, which replies on success; replies with the errno it throws otherwise.
@@ -137,7 +152,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
-            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(ino) }   // a truncating open
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }   // a truncating open
             let backing = fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT { close(fd) }
@@ -146,8 +161,10 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.create = { request, parent, name, mode, info in
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
-            var (entry, fd, directIO) = try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
-            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(entry.ino) }   // it truncated a file
+            var (entry, fd, directIO) = cfuse_request_is_tmpfile()
+                ? try fs.tmpfile(caller(request), parent, mode, cfuse_open_flags(info))
+                : try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), entry.ino) }   // it truncated a file
             let backing = fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { close(fd) }
@@ -159,7 +176,7 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.write = { request, ino, buffer, size, offset, info in
         // Only a descriptor opened for writing, after the policy allowed it, receives writes.
-        if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(ino) }
+        if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(caller(request), ino) }
         let written = pwrite(handle(info), buffer, size, offset)
         if written < 0 { fuse_reply_err(request, errno) } else { fuse_reply_write(request, written) }
     }
@@ -267,9 +284,12 @@ private func readDirectory(_ request: fuse_req_t?, _ size: Int, _ offset: off_t,
     }
 }
 
-/// A scratch buffer of `size` bytes (at least one, so the base address exists).
+/// A scratch buffer of `size` bytes (at least one, so the base address exists). The
+/// kernel bounds the sizes it asks for (64 KiB for attributes, a request's pages for
+/// listings); a size beyond 16 MiB is refused rather than allocated.
 @inline(__always)
 private func withBuffer(_ size: Int, _ body: (UnsafeMutableRawBufferPointer) throws(Errno) -> Void) throws(Errno) {
+    guard size >= 0, size <= 1 << 24 else { throw Errno(EINVAL) }
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 16)
     defer { buffer.deallocate() }
     try body(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))

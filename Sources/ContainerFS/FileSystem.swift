@@ -9,6 +9,12 @@ struct Caller {
     let uid: uid_t
     let gid: gid_t
     let pid: pid_t
+    /// The caller's umask, sent with creations (0 for other requests). The kernel leaves
+    /// applying it to the daemon (`FUSE_CAP_DONT_MASK`), so that the store's own file
+    /// system does it as natively: after a folder's default ACL, if it has one.
+    var umask: mode_t = 0
+    /// The request, to ask for the caller's supplementary groups (`isMember(of:)`).
+    var request: fuse_req_t? = nil
 }
 
 /// How long the kernel may trust what it was told. Every change to a mounted store goes
@@ -30,6 +36,9 @@ final class FileSystem: @unchecked Sendable {
     /// Whether the kernel caches writes (`-o writeback`): then the store file must be
     /// readable to fill pages, and the kernel keeps `O_APPEND` itself.
     var writeback = false
+    /// Whether set-user-ID and set-group-ID bits are dropped from every mode a caller gives
+    /// a file that is not a folder (`-o nosetid`, which `run` uses).
+    var noSetID = false
     /// A root daemon creates files as root; they are handed to the caller afterwards.
     private let daemonIsRoot = geteuid() == 0
 
@@ -100,8 +109,9 @@ final class FileSystem: @unchecked Sendable {
         if toSet & FUSE_SET_ATTR_MODE != 0 {
             // Linux has no mode on symlinks; fchmodat2 on the O_PATH descriptor changes
             // the node itself and never follows it.
-            if let fh { try sys { fchmod(fh, attr.st_mode & 0o7777) } }
-            else { try sys { clinux_fchmod_path_fd(node.fd, attr.st_mode & 0o7777) } }
+            let mode = permittedMode(attr.st_mode, type: node.type)
+            if let fh { try sys { fchmod(fh, mode) } }
+            else { try sys { clinux_fchmod_path_fd(node.fd, mode) } }
         }
         if toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 {
             let uid = toSet & FUSE_SET_ATTR_UID != 0 ? attr.st_uid : uid_t.max
@@ -123,25 +133,69 @@ final class FileSystem: @unchecked Sendable {
             else { try sys { utimensat(node.fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
             Tagging.timesSet(node, location, toSet, attr)
         }
-        // A truncate or chown by a caller without CAP_FSETID carries the kill flag; a
-        // SETATTR with nothing to set is how the kernel asks for it before a write
-        // (file_remove_privs). Both follow an operation the policy already allowed.
-        if toSet & FUSE_SET_ATTR_KILL_SUID != 0 || toSet == 0 { dropSetIDBits(ino) }
+        // A truncate or chown by a caller without CAP_FSETID carries the kill flag, after
+        // an operation the policy allowed.
+        if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { dropSetIDBits(caller, ino) }
+        if toSet == 0 { try clearSetIDBitsAsked(caller, node, location) }
         return try attributes(node)
     }
 
-    /// Clears set-user-ID, and set-group-ID of a group-executable file, as Linux does when
-    /// a caller without CAP_FSETID writes, truncates or chowns a file: the kernel leaves it
-    /// to the daemon (FUSE_HANDLE_KILLPRIV_V2), whose own calls keep the bits. Best effort,
-    /// like the kernel's: the change itself has happened; a daemon that may not chmod the
-    /// file (an ordinary user's, on another user's file) leaves them.
-    func dropSetIDBits(_ ino: fuse_ino_t) {
+    /// A SETATTR with nothing to set: how the kernel asks the daemon to clear set-ID bits
+    /// before a passthrough write by a caller without CAP_FSETID (`file_remove_privs`),
+    /// and what `chown(path, -1, -1)` becomes, which Linux turns into that mode change
+    /// when the file has a set-ID bit. The two look the same, so the bits are cleared
+    /// only for whom Linux would clear them: the owner, root, or a caller who may write
+    /// the file (only a writer gets as far as a write). Anyone else gets `EPERM`, as a
+    /// chown of such a file natively; and clearing them is a change of metadata the
+    /// policy decides like any other (bundle `EPERM`, inbox `EACCES`, audited).
+    private func clearSetIDBitsAsked(_ caller: Caller, _ node: Inode, _ location: Location) throws(Errno) {
+        guard node.type == S_IFREG else { return }
+        let info = try attributes(node)
+        let mode = Self.modeWithoutSetIDBits(info, for: caller)
+        guard mode != info.st_mode & 0o7777 else { return }
+        guard caller.uid == 0 || caller.uid == info.st_uid || Self.mayWrite(caller, info) else { throw Errno(EPERM) }
+        try check(.changeMetadata(location), caller, "chown", [(path(node), location)])
+        try sys { clinux_fchmod_path_fd(node.fd, mode) }
+    }
+
+    /// Whether the permission bits let `caller` write a file (root is handled apart).
+    private static func mayWrite(_ caller: Caller, _ info: stat) -> Bool {
+        if info.st_uid == caller.uid { return info.st_mode & S_IWUSR != 0 }
+        if caller.gid == info.st_gid || caller.isMember(of: info.st_gid) { return info.st_mode & S_IWGRP != 0 }
+        return info.st_mode & S_IWOTH != 0
+    }
+
+    /// A file's permission bits without the set-ID bits Linux clears for `caller` (who
+    /// lacks CAP_FSETID) when it writes, truncates or chowns the file
+    /// (`setattr_should_drop_suidgid`): set-user-ID always; set-group-ID when the file is
+    /// group-executable, or when the caller is not in the file's group.
+    private static func modeWithoutSetIDBits(_ info: stat, for caller: Caller) -> mode_t {
+        var result = info.st_mode & 0o7777 & ~S_ISUID
+        if result & S_ISGID != 0,
+           result & S_IXGRP != 0 || (caller.gid != info.st_gid && !caller.isMember(of: info.st_gid)) {
+            result &= ~S_ISGID
+        }
+        return result
+    }
+
+    /// Clears the set-ID bits Linux clears when `caller`, without CAP_FSETID, writes,
+    /// truncates or chowns a file: the kernel leaves it to the daemon
+    /// (FUSE_HANDLE_KILLPRIV_V2), whose own calls keep the bits. Best effort, like the
+    /// kernel's: the change itself has happened; a daemon that may not chmod the file (an
+    /// ordinary user's, on another user's file) leaves them.
+    func dropSetIDBits(_ caller: Caller, _ ino: fuse_ino_t) {
         let node = inodes.inode(ino)
         var info = stat()
         guard node.type == S_IFREG, fstatat(node.fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return }
-        var mode = info.st_mode & 0o7777 & ~S_ISUID
-        if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP { mode &= ~S_ISGID }
+        let mode = Self.modeWithoutSetIDBits(info, for: caller)
         if mode != info.st_mode & 0o7777 { _ = clinux_fchmod_path_fd(node.fd, mode) }
+    }
+
+    /// The permission bits of `mode` a node of `type` may get: without set-user-ID and
+    /// set-group-ID on anything but a folder under `nosetid`.
+    private func permittedMode(_ mode: mode_t, type: mode_t) -> mode_t {
+        let bits = mode & 0o7777
+        return noSetID && type != S_IFDIR ? bits & ~(S_ISUID | S_ISGID) : bits
     }
 
     func readlink(_ ino: fuse_ino_t) throws(Errno) -> [CChar] {
@@ -166,13 +220,15 @@ final class FileSystem: @unchecked Sendable {
         // A container holds no device files, as an iOS app's cannot.
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
-        try sys { mknodat(directory.fd, name, mode, device) }
+        try useUmask(of: caller)
+        try sys { mknodat(directory.fd, name, type | permittedMode(mode, type: type), device) }
         return try created(caller, directory, name, childName, location)
     }
 
     func mkdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t) throws(Errno) -> fuse_entry_param {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "mkdir", [(path(directory, childName), location)])
+        try useUmask(of: caller)
         try sys { mkdirat(directory.fd, name, mode) }
         return try created(caller, directory, name, childName, location)
     }
@@ -243,7 +299,9 @@ final class FileSystem: @unchecked Sendable {
     func create(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "create", [(path(directory, childName), location)])
-        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) }
+        try useUmask(of: caller)
+        let permitted = permittedMode(mode, type: S_IFREG)
+        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
         Tagging.created(fd, location)
         do {
             let entry = try created(caller, directory, name, childName, location)
@@ -252,6 +310,37 @@ final class FileSystem: @unchecked Sendable {
             Glibc.close(fd)
             throw error
         }
+    }
+
+    /// `open(folder, O_TMPFILE)`: an unnamed file in the folder, which a program may
+    /// name later with `linkat`. A creation in the folder's area, decided as any other
+    /// (and linking it into the inbox or the bundle is denied as any link there).
+    func tmpfile(_ caller: Caller, _ parent: fuse_ino_t, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
+        let directory = inodes.inode(parent)
+        // Any name that means nothing special gives the location of a new file there.
+        let location = layout.child(Array("#tmpfile".utf8), of: inodes.location(of: directory))
+        // The audit log names the folder: the file has no name (nor inode) yet.
+        try check(.create(location), caller, "open", [(path(directory), location)])
+        try useUmask(of: caller)
+        // Never O_EXCL in the store: whether the file may be linked is for the kernel to
+        // decide on the mount's inode (it refuses linkat for O_EXCL there).
+        let fd = try sys { openat(directory.fd, ".", storeFlags(flags) | clinux_O_TMPFILE | O_CLOEXEC, permittedMode(mode, type: S_IFREG)) }
+        Tagging.created(fd, location)
+        do throws(Errno) {
+            let pathFD = try sys { clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC) }
+            var param = try entry(holding: pathFD, in: directory, named: nil, location)
+            try handOver(caller, directory, inodes.inode(param.ino), &param)
+            return (param, fd, flags & clinux_O_DIRECT != 0)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+    }
+
+    /// Creations below run under the caller's umask (on this thread only).
+    @inline(__always)
+    private func useUmask(of caller: Caller) throws(Errno) {
+        try sys { clinux_use_umask(caller.umask) }
     }
 
     /// The passthrough backing id for an open file of `ino`, or 0 when the daemon serves
@@ -447,13 +536,20 @@ final class FileSystem: @unchecked Sendable {
     /// Looks `name` up in `directory` and tells the kernel about it.
     private func entry(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
         let fd = try sys { openat(directory.fd, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+        return try entry(holding: fd, in: directory, named: childName, location)
+    }
+
+    /// Tells the kernel about the node `fd` (an `O_PATH` descriptor, owned from here on)
+    /// found in `directory`. An unnamed node (`O_TMPFILE`) is named as Linux names it in
+    /// /proc, `#INODE`, until it is linked somewhere.
+    private func entry(holding fd: Int32, in directory: Inode, named name: [UInt8]?, _ location: Location) throws(Errno) -> fuse_entry_param {
         var info = stat()
         if fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 {
             let error = Errno.current
             Glibc.close(fd)
             throw error
         }
-        let node = inodes.remember(fd: fd, info: info, parent: directory, name: childName, location: location)
+        let node = inodes.remember(fd: fd, info: info, parent: directory, name: name ?? Array("#\(info.st_ino)".utf8), location: location)
         var param = fuse_entry_param()
         param.ino = inodes.ino(node)
         param.attr = info
@@ -473,8 +569,14 @@ final class FileSystem: @unchecked Sendable {
     /// another request could already have moved.
     private func created(_ caller: Caller, _ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
         var param = try entry(directory, name, childName, location)
-        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return param }
-        let node = inodes.inode(param.ino)
+        try handOver(caller, directory, inodes.inode(param.ino), &param)
+        return param
+    }
+
+    /// When the daemon is root, gives the new `node` of `directory` to the caller and
+    /// updates `param`'s attributes.
+    private func handOver(_ caller: Caller, _ directory: Inode, _ node: Inode, _ param: inout fuse_entry_param) throws(Errno) {
+        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return }
         var parentInfo = stat()
         try sys { fstatat(directory.fd, "", &parentInfo, clinux_AT_EMPTY_PATH) }
         // In a set-group-ID directory the new node keeps the directory's group.
@@ -485,7 +587,6 @@ final class FileSystem: @unchecked Sendable {
             try sys { clinux_fchmod_path_fd(node.fd, param.attr.st_mode & 0o7777) }
         }
         param.attr = try attributes(node)
-        return param
     }
 }
 

@@ -22,6 +22,10 @@ public struct MountOptions: Sendable {
     public var maxThreads: UInt32 = 16
     /// Print every FUSE request (libfuse's `-d`).
     public var debug = false
+    /// Never set a set-user-ID or set-group-ID bit on a file that is not a folder (`nosetid`):
+    /// chmod, create and mknod drop them. `run` mounts with it, so that a program root ran
+    /// cannot leave a root set-user-ID program in the store.
+    public var noSetID = false
     /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
@@ -43,11 +47,13 @@ public struct MountOptions: Sendable {
     public static func parse(_ text: [String]) throws(UserError) -> MountOptions {
         var options = MountOptions()
         for item in text.flatMap({ $0.split(separator: ",").map(String.init) }) {
-            let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
-            switch parts[0] {
+            // Empty pieces kept: "=" is a name "" and a value "", refused below, not a trap.
+            let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            switch parts.first ?? "" {
             case "allow_other": options.allowOther = true
             case "writeback", "writeback_cache": options.writeback = true
             case "nopassthrough": options.passthrough = false
+            case "nosetid": options.noSetID = true
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
@@ -64,7 +70,7 @@ public struct MountOptions: Sendable {
             case "default_permissions", "nodev", "nosuid", "rw", "dev", "suid", "exec", "noexec", "noatime", "relatime", "auto", "noauto", "nofail", "_netdev", "user", "users":
                 // mount(8) and fstab words: ours are fixed (permissions always checked,
                 // no devices, no set-user-ID), the rest mean nothing to a FUSE daemon.
-                if parts[0] == "noexec" { options.fuseOptions.append("noexec") }
+                if parts.first == "noexec" { options.fuseOptions.append("noexec") }
             case "ro":
                 throw UserError.usage("mount option 'ro' is not supported: the container's rules already decide what is writable")
             case "allow_root", "auto_unmount":
@@ -83,7 +89,8 @@ extension FileSystem {
     func configure(_ connection: UnsafeMutablePointer<fuse_conn_info>) {
         var wanted = UInt32(FUSE_CAP_ASYNC_READ | FUSE_CAP_ATOMIC_O_TRUNC
             | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO
-            | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_CACHE_SYMLINKS)
+            | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_CACHE_SYMLINKS
+            | FUSE_CAP_DONT_MASK)
         if writeback { wanted |= UInt32(FUSE_CAP_WRITEBACK_CACHE) }
         let taken = cfuse_want(connection, wanted)
         writeback = taken & UInt32(FUSE_CAP_WRITEBACK_CACHE) != 0
@@ -110,6 +117,7 @@ public final class Session {
             throw UserError("cannot read store \(store.path): \(error)")
         }
         fileSystem.writeback = options.writeback
+        fileSystem.noSetID = options.noSetID
         if options.uring == .on { try Self.switchOnKernelUring() }
         Tagging.mounted(store)
 

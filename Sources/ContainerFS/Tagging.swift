@@ -1,6 +1,7 @@
 import CFuse
 import CLinux
 import ContainerPolicy
+import ContainerPurge
 import ContainerStore
 import Glibc
 import Synchronization
@@ -54,7 +55,9 @@ enum Tagging {
         guard openedAt != 0 else { return }
         let now = Purge.realtimeNanoseconds()
         var info = stat()
-        if now > openedAt + heldLong, fstat(fd, &info) == 0 { uses?.record(inode: UInt64(info.st_ino), at: now) }
+        // Subtracted with overflow reported: the clock may have been set anywhere.
+        let (held, overflow) = now.subtractingReportingOverflow(openedAt)
+        if overflow || held > heldLong, fstat(fd, &info) == 0 { uses?.record(inode: UInt64(info.st_ino), at: now) }
     }
 
     /// After `setattr`: an access time set by a program is the file's last use.
@@ -63,8 +66,18 @@ enum Tagging {
         if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
             uses?.record(inode: node.key.number, at: Purge.realtimeNanoseconds())
         } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
-            uses?.record(inode: node.key.number, at: Int64(attr.st_atim.tv_sec) * 1_000_000_000 + Int64(attr.st_atim.tv_nsec))
+            uses?.record(inode: node.key.number, at: nanoseconds(attr.st_atim))
         }
+    }
+
+    /// A program's time stamp in nanoseconds since the epoch, saturated at the ends of
+    /// `Int64` (about the years 1677 and 2262): any second count the kernel accepts
+    /// (`utimensat` takes years beyond 2262, and before 1970) orders correctly and never traps.
+    static func nanoseconds(_ time: timespec) -> Int64 {
+        let (product, overflow) = Int64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        guard !overflow else { return time.tv_sec < 0 ? .min : .max }
+        let (sum, carried) = product.addingReportingOverflow(Int64(time.tv_nsec))
+        return carried ? (time.tv_nsec < 0 ? .min : .max) : sum
     }
 
     /// When the mount has ended (the loop is over, the kernel gone): the app no longer

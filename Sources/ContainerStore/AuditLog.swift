@@ -23,6 +23,39 @@ public struct AuditRecord: Codable, Sendable, Equatable {
     public var rule: String
 }
 
+extension AuditRecord {
+    /// The record as one line for people (`containerfs audit`): time, process, user,
+    /// operation, path(s) with their area, errno and the rule. Every field goes through
+    /// `printable`, so a name (or a doctored log) cannot start a line of its own or send
+    /// the terminal a control sequence.
+    public var textLine: String {
+        let shown = zip(paths, areas).map { "\(Self.printable($0)) [\(Self.printable($1))]" }.joined(separator: " -> ")
+        // `process` is the raw name of the process; the paths already show `\` as `\\`.
+        let process = Self.printable(ContainerPath.printable(Array(self.process.utf8)))
+        return "\(Self.printable(time))  \(process)[\(pid)] uid \(uid)  \(Self.printable(operation)) \(shown)  "
+            + "\(Self.printable(errno)) (\(Self.printable(rule)))"
+    }
+
+    /// `text` with every control character (C0, DEL, C1) as `\xNN` per UTF-8 byte, and the
+    /// characters that break a line or reorder it on screen (line and paragraph
+    /// separators, bidirectional controls) as `\u{NNNN}`; all else as it is.
+    public static func printable(_ text: String) -> String {
+        let digits = Array("0123456789abcdef")
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x00..<0x20, 0x7F...0x9F:
+                for byte in String(scalar).utf8 { out += "\\x" + String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]]) }
+            case 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069:
+                out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            default:
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+}
+
 /// The log of denials in the state folder: bounded and never in the filesystem's way.
 ///
 /// `record` only appends to a bounded queue and wakes a writer thread; when the queue is

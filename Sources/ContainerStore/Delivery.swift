@@ -24,7 +24,8 @@ public enum Delivery {
         do {
             let staging = try stagingFolder(store)
             defer { close(staging) }
-            let temporary = Array("\(getpid())-\(monotonicSeconds())".utf8)
+            // Unpredictable, as every working name of a command that root may run.
+            let temporary = StagingName.random(beside: name, "delivering")
             try copy(source, type: type, to: temporary, in: staging)
             let inbox = try openDirectory(at: store.rootFD, StandardDirectory.inbox.path.bytes)
             defer { close(inbox) }

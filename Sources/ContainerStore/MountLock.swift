@@ -7,7 +7,9 @@ import Glibc
 /// exits or is killed, so a dead daemon never leaves the store looking mounted. The file
 /// says who holds it: the daemon's pid, then the mount point.
 public final class MountLock: @unchecked Sendable {
-    static let fileName = Array(name: "mount.lock")
+    /// The lock's file in the state folder; a new mount makes it anew, so its inode and ctime
+    /// tell one mount from the next (the tag index uses that).
+    public static let fileName = Array(name: "mount.lock")
     private let lock: StateLock
 
     /// Takes the lock, or fails saying where the store is mounted already.

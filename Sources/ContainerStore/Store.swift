@@ -44,6 +44,23 @@ public final class Store: Sendable {
             default: throw UserError("cannot open store \(path): \(error)")
             }
         }
+        return try open(rootFD: rootFD, path: path)
+    }
+
+    /// Opens the store `name` inside the folder `parentFD`, following no symlink; `path`
+    /// names it for messages.
+    public static func open(at parentFD: Int32, _ name: [UInt8], path: String) throws(UserError) -> Store {
+        let rootFD: Int32
+        do {
+            rootFD = try openDirectory(at: parentFD, name)
+        } catch {
+            throw UserError("cannot open store \(path): \(error)")
+        }
+        return try open(rootFD: rootFD, path: path)
+    }
+
+    /// Checks the store whose root is open at `rootFD` (owned: closed on failure).
+    private static func open(rootFD: Int32, path: String) throws(UserError) -> Store {
         do {
             let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
             do {

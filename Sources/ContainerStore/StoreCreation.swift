@@ -5,11 +5,12 @@ import Glibc
 extension Store {
     /// Makes a new container at `path` holding a copy of the bundle at `bundlePath`.
     ///
-    /// The container is built in a hidden sibling and renamed into place only when
-    /// complete, so a failure leaves nothing behind. `path` must not exist or be empty.
-    /// With `installerKey`, the copied bundle's manifest is recorded and signed (SPEC §5).
-    public static func create(at path: String, bundle bundlePath: String, installerKey: InstallerKey? = nil) throws(UserError) -> Store {
-        let bundleName = try checkBundle(bundlePath)
+    /// The container is built in a hidden sibling with an unpredictable name and renamed
+    /// into place only when complete, so a failure leaves nothing behind. `path` must not exist or be empty.
+    /// `seal` runs on the complete staging store just before its format marker is written
+    /// (ContainerSigning's `create(at:bundle:installerKey:)` records and signs the bundle there).
+    public static func create(at path: String, bundle bundlePath: String, seal: Seal? = nil) throws(UserError) -> Store {
+        _ = try checkBundle(bundlePath)
         let (parentPath, leaf) = splitParent(path)
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
@@ -18,26 +19,45 @@ extension Store {
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: path)
 
-        let staging = Array(".\(String(decoding: leaf, as: UTF8.self)).creating-\(getpid())".utf8)
+        let staging = try buildAside(in: parentFD, beside: leaf, "creating", bundle: bundlePath, seal: seal, path: path)
         do {
-            try withCName(staging) { (name) throws(Errno) in _ = try sys { mkdirat(parentFD, name, 0o755) } }
+            try withCName(staging) { (from) throws(Errno) in
+                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
+            }
+        } catch {
+            removeTree(at: parentFD, staging)
+            throw UserError("cannot create \(path): \(error)")
+        }
+        return try open(path)
+    }
+
+    /// Builds a whole container in a new hidden folder of `parentFD` beside `leaf`, under
+    /// an unpredictable name (`.LEAF.PURPOSE-XXXXXXXXXXXX`, see `StagingName`), and returns
+    /// that name; a failure leaves nothing behind. `path` names the target for messages.
+    public static func buildAside(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
+                                  seal: Seal?, path: String) throws(UserError) -> [UInt8] {
+        let bundleName = try checkBundle(bundlePath)
+        let staging: [UInt8]
+        do {
+            staging = try StagingName.create(beside: leaf, purpose) { mkdirat(parentFD, $0, 0o755) }.name
         } catch {
             throw UserError("cannot create \(path): \(error)")
         }
         do {
             let stagingFD = try openDirectory(at: parentFD, staging)
             defer { close(stagingFD) }
-            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, installerKey: installerKey)
-            try withCName(staging) { (from) throws(Errno) in
-                try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
-            }
+            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
         } catch {
             removeTree(at: parentFD, staging)
             if let error = error as? UserError { throw error }
             throw UserError("cannot create \(path): \(error)")
         }
-        return try open(path)
+        return staging
     }
+
+    /// A last step of `create` on the staging store: its root and state folder descriptors
+    /// and the bundle's name.
+    public typealias Seal = (_ rootFD: Int32, _ stateFD: Int32, _ bundleName: [UInt8]) throws -> Void
 
     /// Checks the bundle path and returns the bundle's name.
     private static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
@@ -75,7 +95,7 @@ extension Store {
     }
 
     /// Fills the staging folder: bundle copy, structure, state folder.
-    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], installerKey: InstallerKey?) throws {
+    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], seal: Seal?) throws {
         let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard sourceFD >= 0 else { throw UserError("cannot read bundle \(bundlePath): \(Errno.current)") }
         defer { close(sourceFD) }
@@ -93,7 +113,7 @@ extension Store {
         let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
         defer { close(stateFD) }
         try writeNewFile(at: stateFD, bundleNameFile, bundleName)
-        if let installerKey { try BundleSignature.sign(rootFD: rootFD, stateFD: stateFD, bundleName: bundleName, key: installerKey) }
+        if let seal { try seal(rootFD, stateFD, bundleName) }
         // The marker goes last: a store without it is never opened.
         try writeNewFile(at: stateFD, formatName, formatContents)
     }
@@ -107,7 +127,7 @@ extension Store {
         """.utf8)
 
     /// Splits a host path into its parent (for opening) and its last component (as bytes).
-    static func splitParent(_ path: String) -> (parent: String, leaf: [UInt8]) {
+    public static func splitParent(_ path: String) -> (parent: String, leaf: [UInt8]) {
         var bytes = Array(path.utf8)
         while bytes.count > 1, bytes.last == UInt8(ascii: "/") { bytes.removeLast() }
         guard let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else { return (".", bytes) }

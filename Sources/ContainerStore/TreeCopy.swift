@@ -2,8 +2,9 @@ import CLinux
 import ContainerPolicy
 import Glibc
 
-/// Copies a directory tree between descriptors, following no symlink, keeping modes,
-/// times and symlink targets. Used to install a bundle.
+/// Copies a directory tree between descriptors, following no symlink, keeping times,
+/// symlink targets and modes as `HandedOverMode` allows. Used to install a bundle and to
+/// deliver.
 enum TreeCopy {
     /// Copies the directory open at `sourceFD` to a new directory `name` in `parentFD`.
     /// `source` names the top for messages.
@@ -18,7 +19,7 @@ enum TreeCopy {
         for entry in try Directory.entries(of: sourceFD) {
             try copyEntry(entry.name, from: sourceFD, to: targetFD, source: source, relative: relative.appending(entry.name))
         }
-        try sys { fchmod(targetFD, info.st_mode & 0o7777) }
+        try sys { fchmod(targetFD, HandedOverMode.folder(info.st_mode)) }
         var times = [info.st_atim, info.st_mtim]
         try sys { futimens(targetFD, &times) }
     }
@@ -55,7 +56,8 @@ enum TreeCopy {
         try copyFile(from: input, toNew: name, in: targetDir)
     }
 
-    /// Copies the file open at `input` to a new file `name` in `targetDir`, with its mode and times.
+    /// Copies the file open at `input` to a new file `name` in `targetDir`, with its times
+    /// and its mode as `HandedOverMode` allows.
     static func copyFile(from input: Int32, toNew name: [UInt8], in targetDir: Int32) throws(Errno) {
         var info = stat()
         try sys { fstat(input, &info) }
@@ -64,7 +66,7 @@ enum TreeCopy {
         }
         defer { close(output) }
         try copyContents(from: input, to: output)
-        try sys { fchmod(output, info.st_mode & 0o7777) }
+        try sys { fchmod(output, HandedOverMode.file(info.st_mode)) }
         var times = [info.st_atim, info.st_mtim]
         try sys { futimens(output, &times) }
     }

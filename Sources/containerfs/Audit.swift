@@ -5,7 +5,11 @@ import Foundation
 struct Audit: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the operations the container's rules denied.",
-        discussion: "One line per denial: time, process, user, operation, path(s) with their area, errno and the rule.")
+        discussion: """
+            One line per denial: time, process, user, operation, path(s) with their area, errno and the rule. \
+            Control characters in names show as \\xNN (a newline as \\x0a), so a name cannot forge a line \
+            or reach the terminal; --json escapes them as JSON does.
+            """)
 
     @Argument(help: "The container's store.")
     var store: String
@@ -38,7 +42,6 @@ struct Audit: ParsableCommand {
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
             return String(decoding: (try? encoder.encode(record)) ?? Data(), as: UTF8.self)
         }
-        let paths = zip(record.paths, record.areas).map { "\($0) [\($1)]" }.joined(separator: " -> ")
-        return "\(record.time)  \(record.process)[\(record.pid)] uid \(record.uid)  \(record.operation) \(paths)  \(record.errno) (\(record.rule))"
+        return record.textLine
     }
 }

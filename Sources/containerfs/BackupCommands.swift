@@ -1,5 +1,7 @@
 import ArgumentParser
+import ContainerBackup
 import ContainerPolicy
+import ContainerSigning
 import ContainerStore
 import Foundation
 
@@ -13,7 +15,8 @@ struct BackupCommand: ParsableCommand {
             modes, times, symlinks, hard links and user.* extended attributes, and as its first \
             entry a manifest with the SHA-256 of every file and the bundle's identity. Works \
             whether or not the container is mounted; each file is read consistently even while \
-            an app writes it. The archive appears only once complete. See docs/backup.md.
+            an app writes it. The archive appears only once complete, mode 0600 (it holds files \
+            others may not read), built under an unpredictable hidden name. See docs/backup.md.
             """)
 
     @Argument(help: "The container's store.")
@@ -41,7 +44,7 @@ struct BackupCommand: ParsableCommand {
                 return
             }
             let bar = ProgressBar("backup")
-            let summary: ContainerStore.BackupSummary
+            let summary: ContainerBackup.BackupSummary
             do {
                 summary = try Backup.write(opened, set: set, to: archive!) { bar.update($0, $1) }
                 bar.finish()
@@ -118,7 +121,9 @@ struct RestoreCommand: ParsableCommand {
             or hostile one (.. or absolute paths, entries through symlinks or outside the backup \
             set, device files, FIFOs) writing nothing. Then builds the container aside — the data, \
             empty Library/Caches and tmp, a fresh install of the bundle — and renames it into \
-            place when complete. STORE must not exist, or be an empty folder. See docs/backup.md.
+            place when complete. STORE must not exist, or be an empty folder. Restored files belong \
+            to whoever runs restore and keep no set-user-ID, set-group-ID or sticky bit; no folder \
+            is writable by others. See docs/backup.md.
             """)
 
     @Argument(help: "The backup archive.")

@@ -12,7 +12,7 @@ struct ContainerFSCommand: ParsableCommand {
             Exit status: 0 success, 1 failure, 64 misuse of the command line.
             """,
         version: containerfsVersion,
-        subcommands: [Create.self, Mount.self, Unmount.self, Run.self, Deliver.self, Verify.self, Audit.self, PurgeCommand.self, UsageCommand.self, BackupCommand.self, RestoreCommand.self, ExcludeCommand.self, IncludeCommand.self]
+        subcommands: [Create.self, Mount.self, Unmount.self, RunCommand.self, Deliver.self, Verify.self, Audit.self, PurgeCommand.self, UsageCommand.self, BackupCommand.self, RestoreCommand.self, ExcludeCommand.self, IncludeCommand.self]
     )
 
     /// ArgumentParser's `main`, except that a command line it cannot parse gets the one
@@ -48,20 +48,5 @@ func reportingErrors(_ body: () throws -> Void) throws {
     } catch let error as UserError {
         FileHandleOutput.standardError.write("containerfs: \(error.message)\n")
         throw ExitCode(error.exitCode)
-    }
-}
-
-/// Minimal unbuffered output to the standard streams.
-enum FileHandleOutput {
-    case standardOutput, standardError
-
-    func write(_ text: String) {
-        let fd: Int32 = self == .standardOutput ? 1 : 2
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if written < 0 { if errno == EINTR { continue } else { return } }
-            bytes = bytes.dropFirst(written)
-        }
     }
 }

@@ -1,10 +1,15 @@
 import ArgumentParser
+import ContainerSigning
 import ContainerStore
 
 struct Create: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Make a container: the standard folders and a copy of an app bundle.",
-        discussion: "STORE must not exist, or be an empty folder. Nothing is left behind on failure.")
+        discussion: """
+            STORE must not exist, or be an empty folder. Nothing is left behind on failure. The \
+            bundle's copy keeps no set-user-ID, set-group-ID or sticky bit, and no folder of it is \
+            writable by others.
+            """)
 
     @Argument(help: "The folder to make the container in.")
     var store: String

@@ -9,7 +9,8 @@ struct Deliver: ParsableCommand {
             Each file or folder is copied whole and appears in the Inbox in one step (the app never
             sees a partial file), never overwriting: a taken name gets a numbered suffix
             (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted
-            container shows the files at once.
+            container shows the files at once. The copies belong to whoever runs deliver and
+            keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
             """)
 
     @Argument(help: "The container's store.")

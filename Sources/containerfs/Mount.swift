@@ -1,6 +1,8 @@
 import ArgumentParser
 import CLinux
 import ContainerFS
+import ContainerRun
+import ContainerSigning
 import ContainerStore
 import Foundation
 import Glibc
@@ -15,7 +17,8 @@ struct Mount: ParsableCommand {
             is killed; turns passthrough off), nopassthrough (file data through the daemon even
             when it could go straight to the store), uring (turn on the kernel's FUSE over
             io_uring, root: requests served on the caller's CPU; used by default when already
-            on), nouring (requests through /dev/fuse), timeout=SECONDS (kernel cache of names and
+            on), nouring (requests through /dev/fuse), nosetid (chmod, create and mknod drop
+            set-user-ID and set-group-ID bits from files; run uses it), timeout=SECONDS (kernel cache of names and
             attributes, default 86400), threads=N (default 16), debug; others are passed to
             libfuse.
             """)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ContainerPolicy
+import ContainerPurge
 import ContainerStore
 import Glibc
 

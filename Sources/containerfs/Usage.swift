@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerPurge
 import ContainerStore
 import Glibc
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ContainerPolicy
+import ContainerSigning
 import ContainerStore
 import Foundation
 

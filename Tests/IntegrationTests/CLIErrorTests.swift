@@ -116,7 +116,8 @@ struct CLIErrorTests {
         }
     }
 
-    @Test(arguments: ["timeout=abc", "timeout", "threads=0", "ro", "rw,ro", "nosuchoption"])
+    // "=", "==" and "rw,=" trapped the option parser (a name was read from an empty split).
+    @Test(arguments: ["timeout=abc", "timeout", "threads=0", "ro", "rw,ro", "nosuchoption", "=", "==", "rw,="])
     func mountWithABadOption(option: String) throws {
         let container = try MountedContainer()
         let result = try unchangedStore(container) { try containerfs(["mount", container.store, container.mountpoint, "-o", option]) }

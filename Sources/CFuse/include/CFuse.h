@@ -39,6 +39,8 @@ void cfuse_set_limits(struct fuse_conn_info *conn, unsigned max_write, unsigned 
 //   (see ring.h).
 // - FUSE_HANDLE_KILLPRIV_V2: the daemon clears set-ID bits when an unprivileged caller
 //   writes, truncates or chowns a file; the read hook keeps the request's flag for it.
+// - O_TMPFILE (FUSE_TMPFILE, Linux 6.7+): the read hook turns the request into the CREATE
+//   it resembles and flags it for the handler.
 
 /// Routes the mounted session's I/O through the hooks. Each feature is asked for in the
 /// INIT reply when wanted and offered by the kernel.
@@ -48,6 +50,11 @@ int cfuse_use_kernel_features(struct fuse_session *se, bool passthrough, bool ur
 /// file's set-ID bits (FUSE_HANDLE_KILLPRIV_V2: the caller lacks CAP_FSETID), a flag
 /// libfuse 3.14 does not pass on. SETATTR carries it in to_set (FUSE_SET_ATTR_KILL_SUID).
 bool cfuse_request_kills_suidgid(void);
+
+/// Whether the CREATE this thread serves is the kernel's TMPFILE (open with O_TMPFILE,
+/// Linux 6.7+), which libfuse 3.14 does not know: CFuse hands it over as a CREATE of the
+/// name "/" in the folder, to be answered as one with an unnamed file.
+bool cfuse_request_is_tmpfile(void);
 
 /// Whether the kernel agreed to passthrough in INIT (and still grants backing files).
 bool cfuse_passthrough_active(void);

@@ -12,6 +12,7 @@
 // Defined in linux.c, where _GNU_SOURCE is in force; Swift's importer does not see it.
 extern const int clinux_O_PATH;
 extern const int clinux_O_DIRECT;
+extern const int clinux_O_TMPFILE;
 extern const int clinux_AT_EMPTY_PATH;
 extern const unsigned clinux_RENAME_NOREPLACE;
 extern const unsigned clinux_RENAME_EXCHANGE;
@@ -63,8 +64,19 @@ int clinux_node_truncate(int fd, off_t length);
 /// A new name `name` in `dirfd` for the node `fd` names (linkat(2)).
 int clinux_node_link(int fd, int dirfd, const char *name);
 
+/// Sets the umask of the calling thread only: the first call gives the thread its own
+/// fs_struct (unshare CLONE_FS: umask, root and working directory), so threads creating
+/// files for callers with different umasks do not race over the process's one.
+int clinux_use_umask(mode_t mask);
+
 /// Per-thread filesystem identity (setfsuid/setfsgid act on the calling thread only).
 int clinux_setfsuid(uid_t uid);
 int clinux_setfsgid(gid_t gid);
+
+/// Writes to `fd` the classic-BPF seccomp program that `containerfs run` hands bubblewrap
+/// (`--seccomp FD`): ioctl(2) with TIOCSTI or TIOCLINUX fails with EPERM, in every ABI
+/// of this architecture (x86_64 with i386 and x32; aarch64 with arm). -1 with errno
+/// ENOSYS on another architecture, or the write's errno.
+int clinux_write_terminal_filter(int fd);
 
 #endif

@@ -5,6 +5,7 @@ import Glibc
 import Synchronization
 import Testing
 
+@testable import ContainerSigning
 @testable import ContainerStore
 
 /// A signed container in a temporary folder, with its own installer key; removed afterwards.

@@ -1,60 +1,43 @@
-import ArgumentParser
 import CLinux
+import ContainerSigning
 import ContainerStore
 import Foundation
 import Glibc
 
-struct Run: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Run a program inside a container, confined to it as an iOS app is.",
-        discussion: """
-            Mounts the container privately and runs PROGRAM under bubblewrap. It sees the
-            container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only;
-            a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the
-            host. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and XDG_DATA_HOME point into the
-            container and the working directory is HOME. The bundle is verified first, as
-            `mount` does: a tampered app does not run. The program has the standard streams
-            and the terminal; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to containerfs are passed
-            on to it. Afterwards tmp/ is purged, the denials of the run are counted on stderr,
-            and the container is unmounted, also when the program crashes or is killed. One
-            program runs in a container at a time. See docs/run.md.
+/// `containerfs run`: mounts a container privately, runs a program in it (under
+/// bubblewrap unless `noConfine`), and cleans up whatever happens to the program.
+public struct Run {
+    /// The container's store.
+    let store: String
+    /// Run without bubblewrap: the program sees the whole host.
+    let noConfine: Bool
+    /// No network inside: only a loopback interface.
+    let noNetwork: Bool
+    /// Host paths shown inside, read-only, at the same place.
+    let bindReadOnly: [String]
+    /// The installer key the bundle was signed with (nil: the default, docs/signing.md).
+    let key: String?
+    /// The program and its arguments.
+    let command: [String]
+    /// Variables added to the program's environment (`--env`): a value, or nil to take
+    /// this process's (none when it has none).
+    let addedEnvironment: [(name: String, value: String?)]
 
-            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
-            bubblewrap, with a line saying why) could not start it; 64 for a misuse.
-            """)
-
-    @Argument(help: "The container's store.")
-    var store: String
-
-    @Flag(help: "Run without bubblewrap: the program sees the whole host (HOME, TMPDIR, XDG_* and the working directory are still set).")
-    var noConfine = false
-
-    @Flag(help: "No network inside: only a loopback interface.")
-    var noNetwork = false
-
-    @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
-    var bindReadOnly: [String] = []
-
-    @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
-    var key: String?
-
-    @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
-    var command: [String] = []
-
-    func validate() throws {
-        if command.isEmpty { throw ValidationError("name the program to run after --: containerfs run STORE -- PROGRAM ARGS…") }
-        if noConfine, noNetwork { throw ValidationError("--no-network needs the confinement: drop --no-confine") }
-        if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
-    }
-
-    func run() throws {
-        var status: Int32 = 0
-        try reportingErrors { status = try runInContainer() }
-        if status != 0 { throw ExitCode(status) }
+    /// A run of `command` in the container at `store`; `command` is not empty, and
+    /// `noNetwork` and `bindReadOnly` need the confinement (the command line checks both).
+    public init(store: String, noConfine: Bool, noNetwork: Bool, bindReadOnly: [String], key: String?, command: [String],
+                addedEnvironment: [(name: String, value: String?)] = []) {
+        self.store = store
+        self.noConfine = noConfine
+        self.noNetwork = noNetwork
+        self.bindReadOnly = bindReadOnly
+        self.key = key
+        self.command = command
+        self.addedEnvironment = addedEnvironment
     }
 
     /// Mounts the container, runs the program, cleans up; returns the program's exit status.
-    private func runInContainer() throws(UserError) -> Int32 {
+    public func runInContainer() throws(UserError) -> Int32 {
         let opened = try Store.open(store)
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
@@ -76,14 +59,17 @@ struct Run: ParsableCommand {
             finish(opened, mountpoint: mountpoint, daemon: daemon, since: since)
             lock.record(mountpoint: nil)
         }
-        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: [])
+        // No set-ID file may come out of a run: one made by a program root ran would be a
+        // root set-user-ID program in the store, which any local user can execute.
+        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: ["nosetid"])
         if let signal = relay.signalBeforeStart { return 128 + signal }
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
         if let sandbox {
             return try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay)
         }
-        let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint), directory: mountpoint)
+        let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint, added: addedEnvironment),
+                            directory: mountpoint)
         relay.attach(.process(pid, sharesTerminal: true))
         return waitForExit(pid)
     }
@@ -91,22 +77,36 @@ struct Run: ParsableCommand {
     /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
     /// is the program's, 128+N for a signal).
     private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay) throws(UserError) -> Int32 {
-        var info: [Int32] = [0, 0]
+        var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
-        // Only bubblewrap gets the write end, through the spawn's dup2.
-        for fd in info { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let infoFD: Int32 = 3
+        guard pipe(&filter) == 0 else {
+            info.forEach { close($0) }
+            throw UserError("cannot start bubblewrap: \(Errno.current)")
+        }
+        // Only bubblewrap gets bubblewrap's ends, through the spawn's dup2.
+        for fd in info + filter { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        // The filter is a few hundred bytes: it fits in the pipe, and bubblewrap reads it to the end.
+        let written = clinux_write_terminal_filter(filter[1])
+        let writeError = Errno.current
+        close(filter[1])
+        guard written == 0 else {
+            (info + [filter[0]]).forEach { close($0) }
+            throw UserError("cannot make the sandbox's seccomp filter: \(writeError)")
+        }
+        let infoFD: Int32 = 3, filterFD: Int32 = 4
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command, newSession: newSession,
-                                       terminalSignals: relay.caught, infoFD: infoFD)
+                                       terminalSignals: relay.caught, infoFD: infoFD, filterFD: filterFD,
+                                       asRoot: geteuid() == 0)
         let pid: pid_t
         do {
-            pid = try spawn(line.executable, line.arguments, environment: Sandbox.environment(home: Sandbox.home), passing: (info[1], infoFD))
+            pid = try spawn(line.executable, line.arguments, environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
+                            passing: [(info[1], infoFD), (filter[0], filterFD)])
         } catch {
-            close(info[0])
-            close(info[1])
+            (info + [filter[0]]).forEach { close($0) }
             throw error
         }
         close(info[1])
+        close(filter[0])
         // bubblewrap writes `{"child-pid": N, …}` once the sandbox exists, then closes it.
         let text = String(decoding: readAll(info[0]), as: UTF8.self)
         close(info[0])
@@ -119,14 +119,20 @@ struct Run: ParsableCommand {
     }
 
     /// Starts `path` (looked up on PATH when it has no slash) with `arguments`, the standard
-    /// streams and nothing else open but `passing` (dup'ed to the given number).
+    /// streams and nothing else open but `passing` (each dup'ed to the given number, from 3 up).
     private func spawn(_ path: String, _ arguments: [String], environment: [String: String], directory: String? = nil,
-                       passing: (fd: Int32, as: Int32)? = nil) throws(UserError) -> pid_t {
+                       passing: [(fd: Int32, as: Int32)] = []) throws(UserError) -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        if let passing { posix_spawn_file_actions_adddup2(&actions, passing.fd, passing.as) }
-        clinux_spawn_close_from(&actions, (passing?.as ?? 2) + 1)
+        // Copies above every target first, so that no dup2 overwrites a descriptor still to be passed.
+        let sources = passing.map { fcntl($0.fd, F_DUPFD_CLOEXEC, 64) }
+        defer { sources.forEach { if $0 >= 0 { close($0) } } }
+        if let failed = sources.firstIndex(where: { $0 < 0 }) {
+            throw UserError("cannot run \(path): descriptor \(passing[failed].fd): \(Errno.current)")
+        }
+        for (source, item) in zip(sources, passing) { posix_spawn_file_actions_adddup2(&actions, source, item.as) }
+        clinux_spawn_close_from(&actions, (passing.map(\.as).max() ?? 2) + 1)
         if let directory { clinux_spawn_chdir(&actions, directory) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -199,7 +205,7 @@ struct Run: ParsableCommand {
         for _ in 0..<20 {
             guard MountEntry.at(mountpoint) != nil else { return true }
             do {
-                try Unmount.unmount(mountpoint, lazy: false)
+                try MountDaemon.unmount(mountpoint, lazy: false)
                 return true
             } catch {
                 lastError = error
@@ -207,7 +213,7 @@ struct Run: ParsableCommand {
             }
         }
         if let lastError { warn(lastError.message + " (detaching it lazily)") }
-        _ = try? Unmount.unmount(mountpoint, lazy: true)
+        _ = try? MountDaemon.unmount(mountpoint, lazy: true)
         return false
     }
 

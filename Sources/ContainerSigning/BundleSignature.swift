@@ -1,4 +1,5 @@
 import ContainerPolicy
+import ContainerStore
 import Crypto
 import Glibc
 

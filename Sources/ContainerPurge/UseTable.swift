@@ -1,3 +1,4 @@
+import ContainerStore
 import Glibc
 import Synchronization
 

@@ -1,5 +1,6 @@
 import CLinux
 import ContainerPolicy
+import ContainerStore
 import Glibc
 
 // Tags (SPEC §3). A tag is not a record kept beside the file: it is the file's place.

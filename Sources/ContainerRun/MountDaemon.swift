@@ -3,10 +3,10 @@ import ContainerStore
 import Foundation
 import Glibc
 
-/// Starting a mount's daemon in the background: shared by `mount` and `run`.
-enum MountDaemon {
+/// Starting a mount's daemon in the background, and unmounting: shared by `mount`, `unmount` and `run`.
+public enum MountDaemon {
     /// Fails unless `mountpoint` is an existing folder with nothing mounted on it, and FUSE is usable.
-    static func checkMountpoint(_ mountpoint: String) throws(UserError) {
+    public static func checkMountpoint(_ mountpoint: String) throws(UserError) {
         if let existing = MountEntry.at(mountpoint) {
             // statvfs always reaches the daemon; stat may be answered from the kernel's cache.
             var info = statvfs()
@@ -41,7 +41,7 @@ enum MountDaemon {
     /// Returns the daemon's pid. It is a child of this process: a caller that outlives the
     /// mount (`run`) reaps it with `waitpid` after unmounting.
     @discardableResult
-    static func start(store: String, mountpoint: String, options: [String]) throws(UserError) -> pid_t {
+    public static func start(store: String, mountpoint: String, options: [String]) throws(UserError) -> pid_t {
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw UserError("cannot start the daemon: \(Errno.current)") }
         let (readEnd, writeEnd) = (pipeFDs[0], pipeFDs[1])
@@ -96,5 +96,47 @@ enum MountDaemon {
             throw UserError(String(text.dropFirst(7)).trimmingCharacters(in: .newlines))
         }
         throw UserError("the daemon exited before the mount was ready (status \(exitStatus)): run 'containerfs mount -f -o debug' to see why")
+    }
+}
+
+extension MountDaemon {
+    /// Unmounts the container at `mountpoint` and waits for its daemon (unless `lazy`).
+    public static func unmount(_ mountpoint: String, lazy: Bool) throws(UserError) {
+        guard let entry = MountEntry.at(mountpoint), entry.isContainer else {
+            throw UserError("\(mountpoint) is not a containerfs mount: nothing to unmount (see 'mount -t fuse.containerfs')")
+        }
+        let result = try fusermount(lazy ? ["-uz", entry.mountpoint] : ["-u", entry.mountpoint])
+        guard result.status == 0 else {
+            if result.output.contains("busy") {
+                throw UserError("\(mountpoint) is busy: a program still uses it ('fuser -vm \(mountpoint)' lists them); close it, or use -z to detach lazily")
+            }
+            throw UserError("cannot unmount \(mountpoint): \(result.output.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        // The daemon takes a moment to exit after the kernel lets go; wait for its lock, but
+        // only if it is this mount's daemon: a dead mount's store may be mounted elsewhere now.
+        guard !lazy, let store = try? Store.open(entry.source),
+              let holder = MountLock.holder(store), holder.mountpoint == entry.mountpoint else { return }
+        if !MountLock.waitUntilFree(store, seconds: 10) {
+            throw UserError("unmounted \(mountpoint), but its daemon (pid \(holder.pid)) has not exited after 10 s: kill it")
+        }
+    }
+
+    private static func fusermount(_ arguments: [String]) throws(UserError) -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+        process.arguments = arguments
+        // It needs no working folder, and the caller's may be one this user cannot enter
+        // (after `sudo -u` in root's home), where Process could not start it.
+        process.currentDirectoryURL = URL(fileURLWithPath: "/")
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        do { try process.run() } catch {
+            if access("/bin/fusermount3", X_OK) != 0 { throw UserError("fusermount3 is not installed: apt-get install fuse3") }
+            throw UserError("cannot run /bin/fusermount3: \(error.localizedDescription)")
+        }
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output)
     }
 }

@@ -1,5 +1,6 @@
 import CLinux
 import ContainerPolicy
+import ContainerStore
 import Foundation
 import Glibc
 

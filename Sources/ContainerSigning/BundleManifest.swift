@@ -1,4 +1,5 @@
 import ContainerPolicy
+import ContainerStore
 import Crypto
 
 /// One entry of an installed bundle: what the signed manifest records of it.

@@ -1,4 +1,5 @@
 import ContainerPolicy
+import ContainerStore
 import Glibc
 
 /// The space a container uses per area, as a phone's storage view shows it (SPEC §8 `usage`).

@@ -1,4 +1,5 @@
 import ContainerPolicy
+import ContainerStore
 
 /// What a backup archive holds, written as its first entry (`.containerfs-backup/manifest`):
 /// the bundle it was taken from, then one line per archive entry, in archive order, with

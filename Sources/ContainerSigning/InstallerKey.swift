@@ -1,3 +1,4 @@
+import ContainerStore
 import Crypto
 import Foundation
 import Glibc

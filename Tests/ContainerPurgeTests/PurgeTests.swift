@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Testing
 
+@testable import ContainerPurge
 @testable import ContainerStore
 
 /// A fresh store in a temporary folder, removed afterwards, with helpers to place tagged

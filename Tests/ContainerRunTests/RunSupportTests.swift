@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Testing
 
+@testable import ContainerRun
 @testable import ContainerStore
 
 /// What `containerfs run` keeps in the store: the run lock, the purge of tmp/ when the

@@ -1,5 +1,6 @@
 import CArchive
 import ContainerPolicy
+import ContainerStore
 import Glibc
 
 /// libarchive failed; the message says how (a corrupt archive, a failed write).

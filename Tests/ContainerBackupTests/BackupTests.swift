@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import Testing
 
+@testable import ContainerBackup
 @testable import ContainerStore
 
 /// A temporary folder with a bundle and a container store in it, removed afterwards.

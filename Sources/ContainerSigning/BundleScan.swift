@@ -1,5 +1,6 @@
 import CLinux
 import ContainerPolicy
+import ContainerStore
 import Crypto
 import Dispatch
 import Glibc

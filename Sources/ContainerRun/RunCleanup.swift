@@ -1,4 +1,5 @@
 import ContainerPolicy
+import ContainerStore
 import Foundation
 import Glibc
 
@@ -10,7 +11,7 @@ extension Store {
     /// A folder the program made unwritable is made writable first, so its contents can go.
     /// Returns how many entries are left (0 when all went).
     @discardableResult
-    public func purgeTemporaryFolder() -> Int {
+    func purgeTemporaryFolder() -> Int {
         guard let tmp = try? withCName(StandardDirectory.tmp.path.bytes, { (name) throws(Errno) in
             try sys { openat(rootFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         }) else { return 0 }
@@ -42,14 +43,14 @@ extension AuditLog {
     ///
     /// Records are compared by their timestamps, so rotation during the period does not
     /// matter; denials dropped from a full queue are not counted.
-    public static func countDenials(stateFD: Int32, since: timespec) -> Int {
+    static func countDenials(stateFD: Int32, since: timespec) -> Int {
         let start = recordTime(since)
         return read(stateFD: stateFD).count { $0.time >= start }
     }
 
     /// `time` written as an `AuditRecord`'s time (`2026-11-21T10:53:15.982Z`), which
     /// sorts as text in time order.
-    public static func recordTime(_ time: timespec) -> String {
+    static func recordTime(_ time: timespec) -> String {
         var seconds = time.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
@@ -58,7 +59,7 @@ extension AuditLog {
     }
 
     /// The time now, on the clock the log's timestamps use.
-    public static func now() -> timespec {
+    static func now() -> timespec {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         return now

@@ -1,5 +1,6 @@
 import CLinux
 import ContainerPolicy
+import ContainerStore
 import Glibc
 
 /// One item of a container's backup set.

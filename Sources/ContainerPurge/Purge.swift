@@ -1,5 +1,6 @@
 import CLinux
 import ContainerPolicy
+import ContainerStore
 import Glibc
 
 /// Deleting tagged files (SPEC §3): least recently used first, across stores.

@@ -1,5 +1,7 @@
 import CLinux
 import ContainerPolicy
+import ContainerSigning
+import ContainerStore
 import Crypto
 import Glibc
 
@@ -26,8 +28,8 @@ public enum Backup {
     /// Files from this size on are hashed on a second thread.
     static let backgroundHashSize = 256 * 1024
 
-    /// Writes `set`, taken from `store`, to a new archive at `archivePath` (replacing a file
-    /// there only once the archive is complete). `progress` is called with the bytes of
+    /// Writes `set`, taken from `store`, to a new archive at `archivePath`, mode 0600
+    /// (replacing a file there only once the archive is complete). `progress` is called with the bytes of
     /// file data done so far and the total.
     public static func write(_ store: Store, set: BackupSet, to archivePath: String,
                              progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> BackupSummary {
@@ -43,11 +45,13 @@ public enum Backup {
             throw UserError.usage("\(archivePath) exists and is not a file: name a new archive file")
         }
 
-        let partial = Array(".\(String(decoding: leaf, as: UTF8.self)).partial-\(getpid())".utf8)
+        // Mode 0600 from the start: the archive holds files other users may not read. A
+        // fresh unpredictable name, so nobody sharing the folder can block or pre-create it.
+        let partial: [UInt8]
         let fd: Int32
         do {
-            fd = try withCName(partial) { (name) throws(Errno) in
-                try sys { openat(parentFD, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666) }
+            (partial, fd) = try StagingName.create(beside: leaf, "partial") {
+                openat(parentFD, $0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             }
         } catch {
             throw UserError("cannot write \(archivePath): \(error)")

@@ -1,5 +1,7 @@
 import CLinux
 import ContainerPolicy
+import ContainerSigning
+import ContainerStore
 import Crypto
 import Foundation
 import Glibc
@@ -69,11 +71,10 @@ public enum Restore {
         }
 
         // Pass 2: a fresh container aside, the data into it, then into place.
-        let staging = Array(".\(String(decoding: leaf, as: UTF8.self)).restoring-\(getpid())".utf8)
-        let stagingPath = (parentPath == "/" ? "" : parentPath) + "/" + String(decoding: staging, as: UTF8.self)
-        let store = try Store.create(at: stagingPath, bundle: bundlePath, installerKey: installerKey)
+        let staging = try Store.buildAside(in: parentFD, beside: leaf, "restoring", bundle: bundlePath, seal: Store.seal(installerKey), path: storePath)
         var summary = RestoreSummary()
         do {
+            let store = try Store.open(at: parentFD, staging, path: storePath)
             guard lseek(fd, 0, SEEK_SET) == 0 else { throw Errno.current }
             var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), bundleName: bundleName, extractingInto: store, progress: progress)
             pass.expected = manifest
@@ -95,6 +96,7 @@ public enum Restore {
         } catch {
             removeTree(at: parentFD, staging)
             switch error {
+            case let error as UserError: throw error
             case let refusal as Refusal: throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
             case let failure as ArchiveFailure: throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
             case let error as Errno where error.code == ENOTEMPTY || error.code == EEXIST:
@@ -377,7 +379,7 @@ private struct ArchivePass {
             guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
             bytes += size
             try setAttributes(entry.attributes, fd)
-            try sys { fchmod(fd, entry.permissions & 0o7777) }
+            try sys { fchmod(fd, HandedOverMode.file(entry.permissions)) }
             var times = self.times(entry)
             try sys { futimens(fd, &times) }
         case .symlink:
@@ -424,7 +426,7 @@ private struct ArchivePass {
                 try sys { clinux_open_beneath(store.rootFD, cname, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
             }
             defer { close(fd) }
-            try sys { fchmod(fd, entry.permissions & 0o7777) }
+            try sys { fchmod(fd, HandedOverMode.folder(entry.permissions)) }
             var times = self.times(entry)
             try sys { futimens(fd, &times) }
         }

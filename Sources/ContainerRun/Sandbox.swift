@@ -4,15 +4,27 @@ import Glibc
 
 /// What a program run by `containerfs run` sees of the host: the bubblewrap command line
 /// (Debian's `bubblewrap`, as Flatpak confines apps) and the environment.
-struct Sandbox {
+public struct Sandbox {
     /// Where the container is inside the sandbox: the program's home. Fixed, so that paths
     /// a program records (a virtualenv, a git worktree) stay valid from one run to the next.
-    static let home = "/home/app"
+    public static let home = "/home/app"
 
     /// The system folders shown read-only. On a merged-/usr system /bin, /sbin and /lib*
     /// are symlinks into /usr and are recreated as such.
     static let systemFolders = ["/usr", "/etc"]
     static let systemLinks = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+
+    /// The uid and gid a program started by root runs as inside, as an iOS app runs as
+    /// `mobile` (501). The user namespace maps it to root outside, so what it makes through
+    /// the mount still belongs to the caller; it has no capability either way.
+    public static let appUserID = 501
+
+    /// The variables of the caller's environment the program gets (besides those `run`
+    /// sets and those named with `--env`): how to find programs and how to talk to the
+    /// user. Any other, a token or a password among them, stays outside.
+    static let passedVariables: Set<String> = ["PATH", "TERM", "COLORTERM", "NO_COLOR", "LANG", "LANGUAGE", "TZ"]
+    /// Prefixes of further variables passed on: the locale's categories.
+    static let passedPrefixes = ["LC_"]
 
     /// The `bwrap` executable.
     let bubblewrap: String
@@ -57,10 +69,15 @@ struct Sandbox {
     ///   --ignore-signal`), and the program with them back to their defaults (`env
     ///   --default-signal`, which execs it: it stays pid 2 in the sandbox).
     /// - `infoFD`: the descriptor bubblewrap writes the sandbox's first pid to.
+    /// - `filterFD`: the descriptor bubblewrap reads the seccomp filter from
+    ///   (`clinux_write_terminal_filter`), which keeps the program from pushing input into
+    ///   the terminal it shares (TIOCSTI) without taking the terminal away from it.
+    /// - `asRoot`: the caller is root; the program then runs as `appUserID` inside.
     func commandLine(mountpoint: String, command: [String], newSession: Bool, terminalSignals: [Int32],
-                     infoFD: Int32) -> (executable: String, arguments: [String]) {
+                     infoFD: Int32, filterFD: Int32, asRoot: Bool) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
-        let arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD)
+        let arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
+                                            filterFD: filterFD, asRoot: asRoot)
         if names.isEmpty { return (bubblewrap, arguments + command) }
         return ("/usr/bin/env", ["env", "--ignore-signal=" + names, bubblewrap] + arguments.dropFirst()
                 + ["/usr/bin/env", "--default-signal=" + names] + command)
@@ -69,10 +86,14 @@ struct Sandbox {
     static let signalNames: [Int32: String] = [SIGINT: "INT", SIGQUIT: "QUIT", SIGHUP: "HUP"]
 
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
-    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32) -> [String] {
-        var arguments = ["bwrap", "--unshare-all"]
+    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, asRoot: Bool) -> [String] {
+        // A user namespace always, even for root: the program has no capability (a root
+        // one could remount the read-only binds and write the host), cannot make another
+        // user namespace to get some back, and bubblewrap sets no_new_privs.
+        var arguments = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        if asRoot { arguments += ["--uid", "\(Self.appUserID)", "--gid", "\(Self.appUserID)"] }
         if network { arguments.append("--share-net") }
-        arguments += ["--die-with-parent", "--info-fd", "\(infoFD)"]
+        arguments += ["--die-with-parent", "--info-fd", "\(infoFD)", "--seccomp", "\(filterFD)"]
         if newSession { arguments.append("--new-session") }
         for folder in Self.systemFolders { arguments += ["--ro-bind", folder, folder] }
         for link in Self.systemLinks {
@@ -91,7 +112,13 @@ struct Sandbox {
             free(resolved)
             if !Self.systemFolders.contains(where: { path.hasPrefix($0 + "/") }) { arguments += ["--ro-bind-try", path, path] }
         }
-        arguments += ["--proc", "/proc", "--dev", "/dev", "--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
+        // bubblewrap covers /proc/irq and /proc/bus but leaves /proc/sys writable, and the
+        // kernel lets a root uid write a sysctl with no capability (kernel.core_pattern
+        // runs a program as root on the host): read-only, as the host's view of this
+        // sandbox's namespaces. /proc/sysrq-trigger likewise, where the kernel has it.
+        arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+        arguments += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+        arguments += ["--dev", "/dev", "--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
         // The container; its tmp is also /tmp.
         arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]
         // The caller's binds last, so that one below /tmp is not hidden by the container's
@@ -104,14 +131,13 @@ struct Sandbox {
         return arguments
     }
 
-    /// The program's environment: the caller's, with the home and XDG folders in the
-    /// container at `home`, and without variables that name places of the host's session
-    /// the program cannot reach (or, unconfined, should not use).
-    static func environment(home: String) -> [String: String] {
-        var environment = ProcessInfo.processInfo.environment
-        for name in ["XDG_RUNTIME_DIR", "XDG_STATE_HOME", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "XAUTHORITY",
-                     "OLDPWD", "TMP", "TEMP", "TEMPDIR", "MAIL"] {
-            environment[name] = nil
+    /// The program's environment: `passedVariables` and the locale's from the caller's,
+    /// the home and XDG folders in the container at `home`, then `added` (`--env`: a
+    /// value, or nil to take the caller's, and left out when the caller has none).
+    static func environment(home: String, added: [(name: String, value: String?)] = []) -> [String: String] {
+        let caller = ProcessInfo.processInfo.environment
+        var environment = caller.filter { name, _ in
+            passedVariables.contains(name) || passedPrefixes.contains { name.hasPrefix($0) }
         }
         environment["HOME"] = home
         environment["PWD"] = home
@@ -120,6 +146,7 @@ struct Sandbox {
         environment["XDG_CONFIG_HOME"] = home + "/Library/Preferences"
         environment["XDG_DATA_HOME"] = home + "/Library/Application Support"
         if environment["PATH"] == nil { environment["PATH"] = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin" }
+        for (name, value) in added { environment[name] = value ?? caller[name] }
         return environment
     }
 

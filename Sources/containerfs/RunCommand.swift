@@ -1,0 +1,78 @@
+import ArgumentParser
+import ContainerRun
+import ContainerStore
+
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run a program inside a container, confined to it as an iOS app is.",
+        discussion: """
+            Mounts the container privately and runs PROGRAM under bubblewrap. It sees the
+            container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only;
+            a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the
+            host. It has no capability and cannot gain one, may not push input into the
+            terminal (TIOCSTI), and runs as uid \(Sandbox.appUserID) inside when root runs it (what it
+            makes still belongs to the caller); set-user-ID and set-group-ID bits are dropped
+            from files it makes or chmods. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and
+            XDG_DATA_HOME point into the container and the working directory is HOME; of the
+            caller's environment only PATH, TERM, COLORTERM, NO_COLOR, LANG, LANGUAGE, LC_* and
+            TZ are passed on, others only with --env. The bundle is verified first, as
+            `mount` does: a tampered app does not run. The program has the standard streams
+            and the terminal; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to containerfs are passed
+            on to it. Afterwards tmp/ is purged, the denials of the run are counted on stderr,
+            and the container is unmounted, also when the program crashes or is killed. One
+            program runs in a container at a time. See docs/run.md.
+
+            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
+            bubblewrap, with a line saying why) could not start it; 64 for a misuse.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    @Flag(help: "Run without bubblewrap: the program sees the whole host (HOME, TMPDIR, XDG_* and the working directory are still set).")
+    var noConfine = false
+
+    @Flag(help: "No network inside: only a loopback interface.")
+    var noNetwork = false
+
+    @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
+    var bindReadOnly: [String] = []
+
+    @Option(name: .customLong("env"),
+            help: ArgumentHelp("Pass a variable of this environment (NAME) or set one (NAME=VALUE) for the program (repeatable).",
+                               valueName: "NAME[=VALUE]"))
+    var environmentItems: [String] = []
+
+    @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
+    var key: String?
+
+    @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
+    var command: [String] = []
+
+    func validate() throws {
+        if command.isEmpty { throw ValidationError("name the program to run after --: containerfs run STORE -- PROGRAM ARGS…") }
+        if noConfine, noNetwork { throw ValidationError("--no-network needs the confinement: drop --no-confine") }
+        if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
+        for item in environmentItems where item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0].isEmpty {
+            throw ValidationError("--env \(item) names no variable: write --env NAME or --env NAME=VALUE")
+        }
+    }
+
+    /// The `--env` items: a name with its value, or with nil to take this environment's.
+    private var addedEnvironment: [(name: String, value: String?)] {
+        environmentItems.map { item in
+            let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            return (parts[0], parts.count == 2 ? parts[1] : nil)
+        }
+    }
+
+    func run() throws {
+        var status: Int32 = 0
+        try reportingErrors {
+            status = try Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
+                             command: command, addedEnvironment: addedEnvironment).runInContainer()
+        }
+        if status != 0 { throw ExitCode(status) }
+    }
+}

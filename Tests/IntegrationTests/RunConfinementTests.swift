@@ -1,0 +1,350 @@
+import CLinux
+import ContainerStore
+import Foundation
+import Glibc
+import Testing
+
+/// What a program under `containerfs run` cannot do, tried as an attacker would, as root
+/// (the test runner) and as an ordinary user: each attempt fails inside, and the host is
+/// checked from outside to be unchanged (docs/run.md, "Threat model").
+@Suite("RunConfinement", .serialized)
+struct RunConfinementTests {
+    /// Who runs `containerfs run`: root, then an ordinary user.
+    static let runners: [String?] = [nil, "cfs-alice"]
+
+    // MARK: Privileges
+
+    @Test(arguments: runners)
+    func theProgramHasNoCapabilityAndNoNewPrivileges(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let result = try inside(container, "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status")
+        #expect(result.status == 0, "\(result)")
+        let fields = statusFields(result.stdout)
+        #expect(fields["CapEff"] == "0000000000000000", "\(result)")
+        #expect(fields["CapPrm"] == "0000000000000000", "\(result)")
+        #expect(fields["CapBnd"] == "0000000000000000", "\(result)")
+        #expect(fields["CapAmb"] == "0000000000000000", "\(result)")
+        #expect(fields["NoNewPrivs"] == "1", "\(result)")
+        try expectCleanedUp(container)
+    }
+
+    /// Root's program runs as uid 501 inside (iOS's `mobile`), mapped to root outside: what
+    /// it makes belongs to the caller. An ordinary user's runs as that user.
+    @Test(arguments: runners)
+    func theProgramRunsAsAnUnprivilegedUIDInsideAndMakesTheCallersFiles(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let result = try inside(container, "id -u; id -g; touch Documents/made")
+        #expect(result.status == 0, "\(result)")
+        let expected = runner.map { getpwnam($0).pointee.pw_uid } ?? 501
+        let expectedGroup = runner.map { getpwnam($0).pointee.pw_gid } ?? 501
+        #expect(result.stdout == "\(expected)\n\(expectedGroup)\n", "\(result)")
+        var info = stat()
+        #expect(stat(container.stored("Documents/made"), &info) == 0)
+        #expect(info.st_uid == (runner.map { getpwnam($0).pointee.pw_uid } ?? 0), "the caller owns it outside")
+        try expectCleanedUp(container)
+    }
+
+    // MARK: Mounts and namespaces
+
+    /// Every mount the program sees, remounted read-write both ways through mount(2) itself
+    /// (mount(8) would refuse a non-root uid before asking the kernel): each refused.
+    @Test(arguments: runners)
+    func noBindCanBeRemountedReadWrite(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let script = """
+            import ctypes, errno
+            libc = ctypes.CDLL(None, use_errno=True)
+            MS_REMOUNT, MS_BIND = 32, 4096
+            points = sorted({line.split()[4] for line in open("/proc/self/mountinfo")})
+            for point in points:
+                for name, flags in [("remount,rw", MS_REMOUNT), ("remount,bind,rw", MS_REMOUNT | MS_BIND)]:
+                    done = libc.mount(None, point.encode(), None, flags, None) == 0
+                    print(name, point, "remounted" if done else errno.errorcode[ctypes.get_errno()])
+            """
+        let result = try runProgram([containerfsBinary, "run", container.store, "--", "python3", "-c", script], user: runner)
+        #expect(result.status == 0, "\(result)")
+        let lines = result.stdout.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        let mounts = Set(lines.compactMap { $0.count == 3 ? $0[1] : nil })
+        // The attempts did run, on the binds that matter.
+        for expected in ["/", "/etc", "/usr", "/proc", "/proc/sys", "/home/app", "/tmp"] {
+            #expect(mounts.contains(expected), "\(expected) was not tried: \(result)")
+        }
+        for line in lines where line.count == 3 {
+            #expect(line[2] == "EPERM", "mount -o \(line[0]) \(line[1]): \(line[2])")
+        }
+        try expectCleanedUp(container)
+    }
+
+    @Test(arguments: runners)
+    func writingTheHostsSystemFoldersFails(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let probe = "containerfs-probe-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let corePattern = try String(contentsOfFile: "/proc/sys/kernel/core_pattern", encoding: .utf8)
+        let targets = ["/etc/\(probe)", "/usr/\(probe)", "/\(probe)", "/sys/\(probe)", "/proc/sys/\(probe)"]
+        defer { targets.forEach { unlink($0) } }
+        // Each write alone, its own status; core_pattern gets its own value back (harmless
+        // if it went through, but it must not: a root uid may write a sysctl with no capability).
+        var script = #"attempt() { label=$1; shift; "$@" >/dev/null 2>&1; echo "$label $?"; }"# + "\n"
+        for target in targets { script += "attempt \(target) sh -c 'echo escaped > \(target)'\n" }
+        script += #"attempt core_pattern sh -c 'v=$(cat /proc/sys/kernel/core_pattern); printf "%s\n" "$v" > /proc/sys/kernel/core_pattern'"# + "\n"
+        script += "attempt sysctl sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'\n"
+        let result = try inside(container, script)
+        let outcomes = labelledStatuses(result.stdout)
+        for label in targets + ["core_pattern", "sysctl"] {
+            #expect(outcomes[label] != nil, "\(label) was not tried: \(result)")
+            #expect(outcomes[label] != "0", "the write to \(label) succeeded")
+        }
+        for target in targets where !target.hasPrefix("/proc/") && !target.hasPrefix("/sys/") {
+            #expect(access(target, F_OK) != 0, "\(target) exists on the host")
+        }
+        #expect(try String(contentsOfFile: "/proc/sys/kernel/core_pattern", encoding: .utf8) == corePattern)
+        try expectCleanedUp(container)
+    }
+
+    /// A new user namespace would give the program every capability again in it.
+    @Test(arguments: runners)
+    func noUserNamespaceCanBeMadeInside(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let probe = "/etc/containerfs-probe-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { unlink(probe) }
+        let script = """
+            unshare -Urm true >/dev/null 2>&1; echo "unshare $?"
+            unshare -Urm sh -c 'mount -o remount,bind,rw /etc && echo escaped > \(probe)' >/dev/null 2>&1; echo "remount $?"
+            """
+        let result = try inside(container, script)
+        let outcomes = labelledStatuses(result.stdout)
+        #expect(outcomes["unshare"] != nil && outcomes["unshare"] != "0", "\(result)")
+        #expect(outcomes["remount"] != nil && outcomes["remount"] != "0", "\(result)")
+        #expect(access(probe, F_OK) != 0, "\(probe) exists on the host")
+        try expectCleanedUp(container)
+    }
+
+    @Test(arguments: runners)
+    func mknodChrootAndSetnsFail(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let script = """
+            mknod tmp/mem c 1 1 >/dev/null 2>&1; echo "mknod-tmp $?"
+            mknod Documents/mem c 1 1 >/dev/null 2>&1; echo "mknod-documents $?"
+            chroot / true >/dev/null 2>&1; echo "chroot $?"
+            nsenter -t 1 -m true >/dev/null 2>&1; echo "setns-mnt $?"
+            nsenter -t 1 -n true >/dev/null 2>&1; echo "setns-net $?"
+            touch Documents/capable
+            python3 -c 'import os, struct; os.setxattr("Documents/capable", "security.capability", struct.pack("<5I", 0x02000001, 1 << 21, 0, 0, 0))' >/dev/null 2>&1; echo "file-capability $?"
+            """
+        let result = try inside(container, script)
+        let outcomes = labelledStatuses(result.stdout)
+        for label in ["mknod-tmp", "mknod-documents", "chroot", "setns-mnt", "setns-net", "file-capability"] {
+            #expect(outcomes[label] != nil, "\(label) was not tried: \(result)")
+            #expect(outcomes[label] != "0", "\(label) succeeded")
+        }
+        #expect(access(container.stored("Documents/mem"), F_OK) != 0, "a device file is in the store")
+        var capability = [UInt8](repeating: 0, count: 64)
+        #expect(getxattr(container.stored("Documents/capable"), "security.capability", &capability, capability.count) < 0,
+                "a file capability is in the store")
+        try expectCleanedUp(container)
+    }
+
+    /// With the host's network and with a network of the sandbox's own.
+    @Test(arguments: runners, [[], ["--no-network"]])
+    func rawSocketsAreRefused(runner: String?, options: [String]) throws {
+        let container = try MountedContainer(user: runner)
+        let script = """
+            import errno, socket
+            for name, family, kind, protocol in [("inet-raw", socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
+                                                 ("packet", socket.AF_PACKET, socket.SOCK_RAW, 0)]:
+                try:
+                    socket.socket(family, kind, protocol).close()
+                    print(name, "opened")
+                except OSError as error:
+                    print(name, errno.errorcode[error.errno])
+            """
+        let result = try runProgram([containerfsBinary, "run", container.store] + options + ["--", "python3", "-c", script], user: runner)
+        let outcomes = labelledStatuses(result.stdout)
+        #expect(outcomes["inet-raw"] == "EPERM", "\(result)")
+        #expect(outcomes["packet"] == "EPERM", "\(result)")
+        try expectCleanedUp(container)
+    }
+
+    /// A process of the host, the caller's own: not visible inside, so neither signalled
+    /// nor traced.
+    @Test(arguments: runners)
+    func aHostProcessCannotBeSeenSignalledOrTraced(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let asRunner = runner.map { ["/usr/bin/setpriv", "--reuid=\($0)", "--regid=\($0)", "--init-groups", "--"] } ?? []
+        let host = try BackgroundProgram((asRunner.isEmpty ? ["/usr/bin/sleep"] : asRunner + ["sleep"]) + ["60"])
+        defer { kill(host.pid, SIGKILL); _ = host.wait(seconds: 5) }
+        let pid = host.pid
+        let script = """
+            import ctypes, errno, os
+            print("visible", os.path.exists("/proc/\(pid)"))
+            try:
+                os.kill(\(pid), 0); print("kill", "sent")
+            except OSError as error:
+                print("kill", errno.errorcode[error.errno])
+            libc = ctypes.CDLL(None, use_errno=True)
+            PTRACE_ATTACH = 16
+            print("ptrace", "attached" if libc.ptrace(PTRACE_ATTACH, \(pid), None, None) == 0 else errno.errorcode[ctypes.get_errno()])
+            """
+        let result = try runProgram([containerfsBinary, "run", container.store, "--", "python3", "-c", script], user: runner)
+        let outcomes = labelledStatuses(result.stdout)
+        #expect(outcomes["visible"] == "False", "\(result)")
+        #expect(outcomes["kill"] == "ESRCH", "\(result)")
+        #expect(outcomes["ptrace"] == "ESRCH", "\(result)")
+        #expect(kill(pid, 0) == 0, "the host process lives on")
+        try expectCleanedUp(container)
+    }
+
+    // MARK: Set-ID files
+
+    /// A program root runs makes files owned by root in the store, which sits on an ordinary
+    /// file system: none may be set-user-ID or set-group-ID, however it tries.
+    @Test(arguments: runners)
+    func noSetIDFileComesOutOfARun(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let script = """
+            import os
+            open("Documents/chmod", "w").close()
+            os.chmod("Documents/chmod", 0o6755)
+            os.close(os.open("Documents/created", os.O_CREAT | os.O_WRONLY, 0o6755))
+            os.mknod("Documents/mknod", 0o100000 | 0o6755)
+            with open("/bin/sh", "rb") as source, open("Documents/shell", "wb") as copy:
+                copy.write(source.read())
+            os.chmod("Documents/shell", 0o4755)
+            os.mkdir("Documents/shared")
+            os.chmod("Documents/shared", 0o2775)
+            """
+        let result = try runProgram([containerfsBinary, "run", container.store, "--", "python3", "-c", script], user: runner)
+        #expect(result.status == 0, "\(result)")
+        let owner = runner.map { getpwnam($0).pointee.pw_uid } ?? 0
+        for name in ["chmod", "created", "mknod", "shell"] {
+            var info = stat()
+            #expect(stat(container.stored("Documents/" + name), &info) == 0, "\(name) missing")
+            #expect(info.st_uid == owner, "\(name) owned by \(info.st_uid)")
+            #expect(info.st_mode & (S_ISUID | S_ISGID) == 0, "\(name) has mode \(String(info.st_mode & 0o7777, radix: 8))")
+            #expect(info.st_mode & 0o777 == 0o755, "\(name) keeps its other bits: \(String(info.st_mode & 0o7777, radix: 8))")
+        }
+        // A set-group-ID folder only passes its group on: it stays.
+        var folder = stat()
+        #expect(stat(container.stored("Documents/shared"), &folder) == 0)
+        #expect(folder.st_mode & 0o7777 == 0o2775, "\(String(folder.st_mode & 0o7777, radix: 8))")
+        try expectCleanedUp(container)
+    }
+
+    /// `-o nosetid` is what `run` relies on; a mount without it keeps what root asks for,
+    /// as a file system does.
+    @Test(arguments: [(["nosetid"], mode_t(0o755)), ([], mode_t(0o6755))])
+    func theNoSetIDMountOptionDropsTheBits(options: [String], expected: mode_t) throws {
+        try withMountedContainer(options: options) { container in
+            let made = container.mounted("Documents/tool")
+            #expect(FileManager.default.createFile(atPath: made, contents: Data("#!/bin/sh\n".utf8)))
+            #expect(chmod(made, 0o6755) == 0, "chmod: \(String(cString: strerror(errno)))")
+            let created = open(container.mounted("Documents/created"), O_CREAT | O_WRONLY, 0o6755)
+            #expect(created >= 0)
+            if created >= 0 { close(created) }
+            for name in ["tool", "created"] {
+                var info = stat()
+                #expect(stat(container.stored("Documents/" + name), &info) == 0)
+                #expect(info.st_mode & 0o7777 == expected, "\(name): \(String(info.st_mode & 0o7777, radix: 8))")
+            }
+        }
+    }
+
+    // MARK: Environment
+
+    @Test(arguments: runners)
+    func theCallersSecretsStayOutsideUnlessPassed(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let environment = ["PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8",
+                           "AWS_SECRET_ACCESS_KEY": "aws-secret-value", "GITHUB_TOKEN": "github-token-value", "SOME_SETTING": "kept-out"]
+        let plain = try runProgram([containerfsBinary, "run", container.store, "--", "env"], user: runner, environment: environment)
+        #expect(plain.status == 0, "\(plain)")
+        let names = Set(plain.stdout.split(separator: "\n").compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
+        #expect(!names.contains("AWS_SECRET_ACCESS_KEY"), "\(plain.stdout)")
+        #expect(!names.contains("GITHUB_TOKEN"), "\(plain.stdout)")
+        #expect(!names.contains("SOME_SETTING"), "\(plain.stdout)")
+        #expect(!plain.stdout.contains("secret-value") && !plain.stdout.contains("token-value"))
+        #expect(names.contains("LANG") && names.contains("PATH") && names.contains("HOME"), "\(plain.stdout)")
+
+        let printed = #"echo "$GITHUB_TOKEN|$MODE|${UNSET_NAME-unset}|${AWS_SECRET_ACCESS_KEY-unset}""#
+        let passed = try runProgram([containerfsBinary, "run", container.store, "--env", "GITHUB_TOKEN", "--env", "MODE=test=1",
+                                     "--env", "UNSET_NAME", "--", "sh", "-c", printed],
+                                    user: runner, environment: environment)
+        #expect(passed.status == 0, "\(passed)")
+        #expect(passed.stdout == "github-token-value|test=1|unset|unset\n", "\(passed)")
+
+        let misuse = try runProgram([containerfsBinary, "run", container.store, "--env", "=value", "--", "true"],
+                                    user: runner, environment: environment)
+        #expect(misuse.status == 64, "\(misuse)")
+        #expect(misuse.stderr.contains("--env =value names no variable"), "\(misuse.stderr)")
+        try expectCleanedUp(container)
+    }
+
+    // MARK: Terminal
+
+    /// On a real terminal (script(1)'s pty), TIOCSTI and TIOCLINUX fail inside, and nothing
+    /// the program tried to push is read by the shell after `run` ends; the program still
+    /// has the terminal in the foreground.
+    @Test(arguments: runners)
+    func theProgramCannotPushInputIntoTheTerminal(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        try Data("""
+            import errno, fcntl, os, termios
+            for name, request in [("TIOCSTI", termios.TIOCSTI), ("TIOCSTI-high", termios.TIOCSTI | (1 << 32)), ("TIOCLINUX", 0x541C)]:
+                try:
+                    for c in "echo injected\\n":
+                        fcntl.ioctl(0, request, c.encode())
+                    print(name, "pushed")
+                except OSError as error:
+                    print(name, errno.errorcode[error.errno])
+            print("foreground", os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp())
+            """.utf8).write(to: URL(fileURLWithPath: container.stored("Documents/inject.py")))
+        // After `run`, the shell on the terminal reads a line: what was pushed, if anything.
+        let session = container.base + "/terminal.sh"
+        try Data("""
+            \(containerfsBinary) run \(container.store) -- python3 Documents/inject.py
+            IFS= read -r -t 2 line
+            echo "after:[$line]"
+            """.utf8).write(to: URL(fileURLWithPath: session))
+        if let runner { try runProgram(["chown", "\(runner):\(runner)", container.stored("Documents/inject.py"), session]) }
+        let shell = (runner.map { "setpriv --reuid=\($0) --regid=\($0) --init-groups -- " } ?? "") + "bash \(session)"
+        let keyboard = Pipe()
+        let terminal = try BackgroundProgram(["/usr/bin/script", "-qfec", shell, "/dev/null"], stdinPipe: keyboard)
+        let result = terminal.wait(seconds: 60)
+        try? keyboard.fileHandleForWriting.close()
+        let outcomes = labelledStatuses(result.stdout.replacingOccurrences(of: "\r", with: ""))
+        #expect(outcomes["TIOCSTI"] == "EPERM", "\(result)")
+        #expect(outcomes["TIOCSTI-high"] == "EPERM", "\(result)")
+        #expect(outcomes["TIOCLINUX"] == "EPERM", "\(result)")
+        #expect(outcomes["foreground"] == "True", "\(result)")
+        #expect(result.stdout.contains("after:[]"), "\(result)")
+        #expect(!result.stdout.contains("after:[echo"), "input reached the terminal: \(result)")
+        try expectCleanedUp(container)
+    }
+
+    // MARK: Helpers
+
+    /// Runs `sh -c script` under `containerfs run` as the container's user.
+    private func inside(_ container: MountedContainer, _ script: String) throws -> ProgramResult {
+        try runProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", script], user: container.user)
+    }
+
+    /// `Name:\tvalue` lines of /proc/self/status.
+    private func statusFields(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            if parts.count == 2 { fields[String(parts[0])] = parts[1].trimmingCharacters(in: .whitespaces) }
+        }
+        return fields
+    }
+
+    /// `label outcome` lines: the last word of each, by its first.
+    private func labelledStatuses(_ text: String) -> [String: String] {
+        var outcomes: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            let words = line.split(separator: " ")
+            if words.count >= 2 { outcomes[String(words[0])] = String(words[words.count - 1]) }
+        }
+        return outcomes
+    }
+}
