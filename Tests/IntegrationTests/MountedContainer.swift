@@ -3,17 +3,39 @@ import Foundation
 import Glibc
 import Testing
 
-/// The built `containerfs` binary: beside the test bundle, as SwiftPM lays them out.
+/// The `containerfs` binary the tests run: `$CONTAINERFS_BIN` (an installed one, say), else
+/// a copy of the one SwiftPM built, in a temporary folder every user can reach. The test
+/// users run it too, and a clone may sit where they cannot reach (root's home is 0700).
+/// The copy is removed when the tests end.
 let containerfsBinary: String = {
     if let path = ProcessInfo.processInfo.environment["CONTAINERFS_BIN"] { return path }
+    let built = builtContainerfsBinary()
+    // If the copy cannot be made, the built binary serves root's tests, and the tests of
+    // other users say they cannot reach it.
+    guard let folder = try? makeTemporaryDirectory() else { return built }
+    let copy = folder + "/containerfs"
+    guard chmod(folder, 0o755) == 0, (try? FileManager.default.copyItem(atPath: built, toPath: copy)) != nil else {
+        try? FileManager.default.removeItem(atPath: folder)
+        return built
+    }
+    atexit {
+        // A daemon still running from the copy keeps running: it holds the file open.
+        unlink(containerfsBinary)
+        rmdir(URL(fileURLWithPath: containerfsBinary).deletingLastPathComponent().path)
+    }
+    return copy
+}()
+
+/// `containerfs` as SwiftPM built it: beside the test bundle (swift test runs
+/// .build/debug/NAME.xctest; the executable sits in .build/debug).
+private func builtContainerfsBinary() -> String {
     let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     var directory = URL(fileURLWithPath: exe).deletingLastPathComponent()
-    // swift test runs .build/debug/NAME.xctest; the executable sits in .build/debug.
     while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("containerfs").path), directory.path != "/" {
         directory.deleteLastPathComponent()
     }
     return directory.appendingPathComponent("containerfs").path
-}()
+}
 
 /// What a finished program printed and how it exited.
 struct ProgramResult: CustomStringConvertible {
