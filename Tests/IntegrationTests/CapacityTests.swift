@@ -1,0 +1,235 @@
+import Foundation
+import Glibc
+import Testing
+
+/// A container with a capacity is a full disk to its programs (SPEC §10): ENOSPC (or a
+/// short write first) at the capacity, the store never past it by more than one request,
+/// df showing it, space freed by deletion at once, live changes, and bad input refused.
+@Suite("Capacity", .serialized)
+struct CapacityTests {
+    static let capacity = 8 << 20
+    /// One write request (max_write): the most the store may pass the capacity by.
+    static let request = 1 << 20
+
+    /// Fills `path` by `method` until the disk is full; returns the bytes it holds then and
+    /// the error it met ("ENOSPC" expected).
+    static func fill(_ method: String, _ path: String, user: String? = nil) throws -> (bytes: Int, error: String) {
+        let script = """
+            import errno, os, subprocess, sys
+            method, path = sys.argv[1], sys.argv[2]
+            error = "none"
+            if method == "python":
+                try:
+                    with open(path, "wb") as f:
+                        while True:
+                            f.write(b"p" * 65536)
+                            f.flush()
+                except OSError as e:
+                    error = errno.errorcode[e.errno]
+            elif method == "dd":
+                r = subprocess.run(["dd", "if=/dev/zero", "of=" + path, "bs=64k"], capture_output=True, text=True)
+                error = "ENOSPC" if "No space left" in r.stderr else "dd: " + r.stderr
+            elif method == "cp":
+                source = path + ".src"
+                src = "/tmp/cfs-capacity-source-%d" % os.getuid()
+                with open(src, "wb") as f: f.write(b"c" * (16 << 20))
+                r = subprocess.run(["cp", src, path], capture_output=True, text=True)
+                os.unlink(src)
+                error = "ENOSPC" if "No space left" in r.stderr else "cp: " + r.stderr
+            elif method == "fallocate":
+                r = subprocess.run(["fallocate", "-l", "16M", path], capture_output=True, text=True)
+                error = "ENOSPC" if "No space left" in r.stderr else "fallocate: " + r.stderr
+            print(os.stat(path).st_size if os.path.exists(path) else 0, error)
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, method, path], user: user)
+        let words = result.stdout.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        guard result.status == 0, words.count == 2, let bytes = Int(words[0]) else { throw TestFailure("\(method): \(result)") }
+        return (bytes, words[1])
+    }
+
+    /// The bytes in blocks of everything in the store but its state folder.
+    static func storeBytes(_ store: String) throws -> Int {
+        let script = """
+            import os, sys
+            total, seen = 0, set()
+            for top, dirs, files in os.walk(sys.argv[1]):
+                if top == sys.argv[1]: dirs[:] = [d for d in dirs if d != ".containerfs"]
+                for name in dirs + files:
+                    info = os.lstat(os.path.join(top, name))
+                    if info.st_ino in seen: continue
+                    seen.add(info.st_ino)
+                    total += info.st_blocks * 512
+            print(total)
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, store])
+        guard let bytes = Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) else { throw TestFailure("\(result)") }
+        return bytes
+    }
+
+    static func setCapacity(_ container: MountedContainer, _ size: String) throws {
+        let result = try containerfs(["capacity", container.store, size], user: container.user)
+        guard result.status == 0 else { throw TestFailure("capacity \(size): \(result)") }
+    }
+
+    /// dd, cp, python and fallocate meet ENOSPC (after a short write) at the same byte
+    /// count give or take one request; the store never holds more than capacity + one
+    /// request; df sees the capacity. For a daemon with passthrough, and without.
+    func fillsToTheCapacity(user: String?) throws {
+        let container = try MountedContainer(user: user)
+        defer {
+            if user != nil { _ = try? containerfs(["unmount", container.mountpoint], user: user) }
+            container.unmount()
+        }
+        try Self.setCapacity(container, "8M")
+        let mounted = try containerfs(["mount", container.store, container.mountpoint], user: user)
+        try #require(mounted.status == 0, "\(mounted)")
+
+        let df = try runProgram(["df", "-B1", "--output=size,avail", container.mountpoint], user: user)
+        let figures = df.stdout.split(separator: "\n").last?.split(separator: " ").compactMap { Int($0) } ?? []
+        #expect(figures.first == Self.capacity, "df: \(df)")
+        #expect((figures.last ?? 0) > Self.capacity - Self.request, "df: \(df)")
+
+        var counts: [String: Int] = [:]
+        for method in ["dd", "python", "cp"] {
+            let path = container.mounted("Documents/\(method)")
+            let (bytes, error) = try Self.fill(method, path, user: user)
+            #expect(error == "ENOSPC", "\(method): \(error)")
+            counts[method] = bytes
+            let stored = try Self.storeBytes(container.store)
+            #expect(stored <= Self.capacity + Self.request, "\(method): the store holds \(stored) bytes")
+            #expect(stored >= Self.capacity - Self.request, "\(method): the store holds only \(stored) bytes")
+            #expect(unlink(path) == 0 || user != nil)
+            if user != nil { try runProgram(["rm", "-f", path], user: user) }
+        }
+        let values = counts.values
+        #expect((values.max() ?? 0) - (values.min() ?? 0) <= Self.request, "byte counts \(counts)")
+        let (allocated, error) = try Self.fill("fallocate", container.mounted("Documents/fallocate"), user: user)
+        #expect(error == "ENOSPC" && allocated == 0, "fallocate: \(allocated) \(error)")
+        let small = try runProgram(["fallocate", "-l", "1M", container.mounted("Documents/small")], user: user)
+        #expect(small.status == 0, "a fallocate that fits: \(small)")
+    }
+
+    @Test func rootDaemonFillsToTheCapacity() throws {
+        try fillsToTheCapacity(user: nil)
+    }
+
+    @Test func ordinaryUsersDaemonFillsToTheCapacity() throws {
+        guard getpwnam("cfs-alice") != nil else { throw TestFailure("user cfs-alice does not exist: run scripts/install-deps.sh") }
+        try fillsToTheCapacity(user: "cfs-alice")
+    }
+
+    /// Deleting while full frees space at once; a deleted file another program holds open
+    /// is freed when it is closed, as natively.
+    @Test func deletingFreesSpaceAtOnce() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let script = """
+            import errno, os, sys
+            M = sys.argv[1]
+            def fill(path):
+                try:
+                    with open(path, "wb") as f:
+                        while True: f.write(b"x" * 65536); f.flush()
+                except OSError as e:
+                    return errno.errorcode[e.errno]
+            def write(path, size):
+                try:
+                    with open(path, "wb") as f: f.write(b"y" * size)
+                    return "ok"
+                except OSError as e:
+                    return errno.errorcode[e.errno]
+            print("fill", fill(M + "/Documents/a"))
+            print("full", write(M + "/Documents/b", 1 << 20))
+            os.unlink(M + "/Documents/a")
+            print("after-rm", write(M + "/Documents/b", 1 << 20))
+            print("refill", fill(M + "/Documents/c"))
+            held = open(M + "/Documents/c", "rb")
+            os.unlink(M + "/Documents/c")
+            print("held", write(M + "/Documents/d", 1 << 20))
+            held.close()
+            print("closed", write(M + "/Documents/d", 1 << 20))
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint])
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines == ["fill ENOSPC", "full ENOSPC", "after-rm ok", "refill ENOSPC", "held ENOSPC", "closed ok"], "\(result)")
+    }
+
+    /// A capacity set on a live mount takes effect at the next write; shrinking below what
+    /// is used deletes nothing and makes growth fail; `none` lifts it.
+    @Test func capacityChangesOnALiveMount() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        let file = container.mounted("Documents/kept")
+        try Data(repeating: 1, count: 2 << 20).write(to: URL(fileURLWithPath: file))
+        try Self.setCapacity(container, "1M")
+        let append = try runProgram(["sh", "-c", "head -c 65536 /dev/zero >> \(file)"])
+        #expect(append.status != 0 && append.stderr.contains("No space left"), "\(append)")
+        #expect(mkdir(container.mounted("Documents/new"), 0o755) != 0 && errno == ENOSPC)
+        var info = stat()
+        #expect(stat(container.stored("Documents/kept"), &info) == 0 && info.st_size == 2 << 20, "nothing deleted")
+        var device = statvfs()
+        #expect(statvfs(container.mountpoint, &device) == 0 && Int(device.f_blocks) * Int(device.f_frsize) == 1 << 20)
+        try Self.setCapacity(container, "none")
+        let again = try runProgram(["sh", "-c", "head -c 65536 /dev/zero >> \(file)"])
+        #expect(again.status == 0, "\(again)")
+    }
+
+    /// sqlite in WAL and rollback-journal modes inserts until SQLITE_FULL; after space is
+    /// freed the database is intact and holds every committed row.
+    @Test(arguments: ["wal", "delete"]) func sqliteSurvivesAFullDisk(mode: String) throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let script = """
+            import os, sqlite3, sys
+            M, mode = sys.argv[1], sys.argv[2]
+            filler = M + "/Documents/filler"
+            with open(filler, "wb") as f: f.write(b"f" * (1 << 20))
+            db = sqlite3.connect(M + "/Documents/app.db", isolation_level=None)
+            db.execute("PRAGMA journal_mode=" + mode)
+            db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, blob BLOB)")
+            committed = 0
+            try:
+                while True:
+                    db.execute("BEGIN")
+                    db.execute("INSERT INTO t (blob) VALUES (?)", (os.urandom(16384),))
+                    db.execute("COMMIT")
+                    committed += 1
+            except sqlite3.OperationalError as e:
+                print("error", e)
+                try: db.execute("ROLLBACK")
+                except sqlite3.OperationalError: pass
+            db.close()
+            os.unlink(filler)
+            db = sqlite3.connect(M + "/Documents/app.db")
+            print("integrity", db.execute("PRAGMA integrity_check").fetchone()[0])
+            print("rows", db.execute("SELECT count(*) FROM t").fetchone()[0], committed)
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, mode])
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first == "error database or disk is full", "\(result)")
+        #expect(lines.contains("integrity ok"), "\(result)")
+        let rows = lines.first { $0.hasPrefix("rows ") }?.split(separator: " ") ?? []
+        #expect(rows.count == 3 && rows[1] == rows[2] && (Int(rows[1]) ?? 0) > 100, "\(result)")
+    }
+
+    /// Bad input gets one line, exit 64 or 1, and leaves the store as it was.
+    @Test func badCapacityInputIsRefused() throws {
+        let container = try MountedContainer()
+        let before = try runProgram(["ls", "-laR", container.store]).stdout
+        for (arguments, status) in [(["capacity", container.store, "eight"], Int32(64)), (["capacity", container.store, "-5M"], 64),
+                                    (["capacity", container.store, "0"], 64), (["capacity", container.base + "/missing", "8M"], 1)] {
+            let result = try containerfs(arguments)
+            #expect(result.status == status, "\(arguments): \(result)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(arguments): \(result)")
+        }
+        #expect(try runProgram(["ls", "-laR", container.store]).stdout == before)
+        let created = try containerfs(["create", container.base + "/other", "--bundle", container.base + "/Demo.app", "--capacity", "lots"])
+        #expect(created.status == 64 && created.stderr.split(separator: "\n").count == 1, "\(created)")
+        #expect(access(container.base + "/other", F_OK) != 0, "no store made")
+    }
+}
