@@ -150,7 +150,20 @@ extension FileSystem {
     @inline(__always)
     static func growth(writing count: Int, at offset: off_t, _ info: stat) -> Int64 {
         let end = Int64(offset).addingSaturating(Int64(count))
-        return max(0, end - max(Int64(offset), Capacity.blockBytes(info)))
+        let size = Int64(info.st_size)
+        // A file with holes may need blocks anywhere: the whole write is reserved.
+        if Capacity.blockBytes(info) < size { return Int64(count) }
+        // Without holes, the blocks up to the end of the last one the data fills are there;
+        // blocks the store's file system keeps past the end (ext4 may) are not counted on.
+        let block = max(512, Int64(info.st_blksize))
+        let filled = size.addingSaturating(block - 1) / block * block
+        return max(0, end - max(Int64(offset), filled))
+    }
+
+    /// The bytes `truncate` to `size` is held to: a file made longer takes no blocks (its
+    /// end is a hole), but on a full container it fails as a creation does.
+    static func growth(truncatingTo size: off_t, _ info: stat, free: Int64) -> Int64 {
+        size > info.st_size && free == 0 ? 1 : 0
     }
 
     /// The bytes `fallocate(mode, offset, length)` may add: what of the range lies beyond
@@ -158,8 +171,7 @@ extension FileSystem {
     static func growth(allocating mode: Int32, _ offset: off_t, _ length: off_t, _ info: stat) -> Int64 {
         // FALLOC_FL_PUNCH_HOLE and FALLOC_FL_COLLAPSE_RANGE (linux/falloc.h, stable ABI).
         if mode & (0x02 | 0x08) != 0 { return 0 }
-        let end = Int64(offset).addingSaturating(Int64(length))
-        return min(Int64(length), max(0, end - max(Int64(offset), Capacity.blockBytes(info))))
+        return min(Int64(length), growth(writing: Int(clamping: length), at: offset, info))
     }
 
     /// A write from the kernel to the store descriptor `fd`: within the capacity, what

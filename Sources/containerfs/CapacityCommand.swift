@@ -53,3 +53,17 @@ func parseCapacity(_ text: String) throws(UserError) -> CapacityChoice {
     }
     return CapacityChoice(bytes: bytes)
 }
+
+/// Frees space in `store` before an app starts, as `--low-storage TEXT` (or
+/// `--until-free`) asks, and prints what went.
+func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [TagKind] = [.temporary, .cache]) throws(UserError) {
+    let wanted = try LowStorage.threshold(text, for: store, option: option)
+    let report = try LowStorage.purge(store, until: wanted, kinds: kinds)
+    let output = FileHandleOutput.standardOutput
+    guard report.freeBefore < wanted else { return }
+    if report.temporaryEntries > 0 { output.write("low storage: emptied \(store.path)/tmp (\(report.temporaryEntries) entries)\n") }
+    for item in report.caches?.deleted ?? [] {
+        output.write("low storage: purged \(store.path)/\(printablePath(item.tag.path))  \(item.tag.size) bytes\n")
+    }
+    output.write("low storage: \(store.path) had \(humanBytes(report.freeBefore)) free, now \(humanBytes(report.freeAfter)) (asked for \(humanBytes(wanted)))\n")
+}

@@ -126,7 +126,7 @@ struct CapacityTests {
         try Self.setCapacity(container, "8M")
         try container.mount()
         let script = """
-            import errno, os, sys
+            import errno, os, sys, time
             M = sys.argv[1]
             def fill(path):
                 try:
@@ -149,6 +149,7 @@ struct CapacityTests {
             os.unlink(M + "/Documents/c")
             print("held", write(M + "/Documents/d", 1 << 20))
             held.close()
+            time.sleep(0.3)  # the kernel sends RELEASE after close returns
             print("closed", write(M + "/Documents/d", 1 << 20))
             """
         let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint])
@@ -215,6 +216,8 @@ struct CapacityTests {
         #expect(lines.contains("integrity ok"), "\(result)")
         let rows = lines.first { $0.hasPrefix("rows ") }?.split(separator: " ") ?? []
         #expect(rows.count == 3 && rows[1] == rows[2] && (Int(rows[1]) ?? 0) > 100, "\(result)")
+        let stored = try Self.storeBytes(container.store)
+        #expect(stored <= Self.capacity + Self.request, "the store holds \(stored) bytes")
     }
 
     /// Bad input gets one line, exit 64 or 1, and leaves the store as it was.
@@ -231,5 +234,53 @@ struct CapacityTests {
         let created = try containerfs(["create", container.base + "/other", "--bundle", container.base + "/Demo.app", "--capacity", "lots"])
         #expect(created.status == 64 && created.stderr.split(separator: "\n").count == 1, "\(created)")
         #expect(access(container.base + "/other", F_OK) != 0, "no store made")
+    }
+
+    /// Low storage before launch: tmp first, then caches least recently used first, only
+    /// as much as needed, printed; folders emptied below Library/Caches go too; a running
+    /// container is never purged; a threshold above the capacity is refused.
+    @Test func lowStoragePurgesOnlyWhatIsNeeded() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        let write = """
+            import os, sys
+            store = sys.argv[1]
+            def put(path, size, age):
+                full = os.path.join(store, path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f: f.write(b"z" * size)
+                when = 1_000_000_000 + age
+                os.utime(full, (when, when))
+            put("tmp/scratch", 1 << 20, 0)
+            put("Library/Caches/old/a", 2 << 20, 10)
+            put("Library/Caches/new/b", 2 << 20, 20)
+            put("Documents/d", 2 << 20, 0)
+            """
+        let made = try runProgram(["/usr/bin/python3", "-c", write, container.store])
+        try #require(made.status == 0, "\(made)")
+
+        let tooMuch = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "9M"])
+        #expect(tooMuch.status == 64 && tooMuch.stderr.split(separator: "\n").count == 1, "\(tooMuch)")
+        #expect(access(container.stored("tmp/scratch"), F_OK) == 0, "nothing purged on bad input")
+
+        let mounted = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "3M"])
+        try #require(mounted.status == 0, "\(mounted)")
+        #expect(mounted.stdout.contains("emptied") && mounted.stdout.contains("Library/Caches/old/a"), "\(mounted)")
+        #expect(!mounted.stdout.contains("new/b"), "\(mounted)")
+        #expect(access(container.stored("tmp/scratch"), F_OK) != 0)
+        #expect(access(container.stored("Library/Caches/old"), F_OK) != 0, "the emptied folder went")
+        #expect(access(container.stored("Library/Caches/new/b"), F_OK) == 0, "only what was needed")
+        #expect(access(container.stored("Library/Caches"), F_OK) == 0 && access(container.stored("tmp"), F_OK) == 0)
+        #expect(access(container.stored("Documents/d"), F_OK) == 0)
+
+        // Running: never purged.
+        let running = try containerfs(["purge", container.store, "--caches", "--until-free", "7M"])
+        #expect(running.status == 1 && running.stderr.contains("in use"), "\(running)")
+        #expect(access(container.stored("Library/Caches/new/b"), F_OK) == 0)
+        container.unmount()
+        let purged = try containerfs(["purge", container.store, "--caches", "--until-free", "5M"])
+        #expect(purged.status == 0 && purged.stdout.contains("new/b"), "\(purged)")
+        #expect(access(container.stored("Library/Caches/new"), F_OK) != 0 && access(container.stored("Library/Caches"), F_OK) == 0)
     }
 }
