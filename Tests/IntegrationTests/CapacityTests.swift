@@ -47,11 +47,11 @@ struct CapacityTests {
         return (bytes, words[1])
     }
 
-    /// The bytes in blocks of everything in the store but its state folder.
+    /// The bytes in blocks of everything in the store but its state folder (its root too).
     static func storeBytes(_ store: String) throws -> Int {
         let script = """
             import os, sys
-            total, seen = 0, set()
+            total, seen = os.lstat(sys.argv[1]).st_blocks * 512, set()
             for top, dirs, files in os.walk(sys.argv[1]):
                 if top == sys.argv[1]: dirs[:] = [d for d in dirs if d != ".containerfs"]
                 for name in dirs + files:
@@ -282,5 +282,29 @@ struct CapacityTests {
         let purged = try containerfs(["purge", container.store, "--caches", "--until-free", "5M"])
         #expect(purged.status == 0 && purged.stdout.contains("new/b"), "\(purged)")
         #expect(access(container.stored("Library/Caches/new"), F_OK) != 0 && access(container.stored("Library/Caches"), F_OK) == 0)
+    }
+
+    /// usage gives capacity, used, free and availableForImportantUsage (free + the cache
+    /// and tmp bytes), in --json and in the table.
+    @Test func usageReportsTheDevice() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        try Data(repeating: 1, count: 1 << 20).write(to: URL(fileURLWithPath: container.mounted("Documents/d")))
+        try Data(repeating: 2, count: 300_000).write(to: URL(fileURLWithPath: container.mounted("Library/Caches/c")))
+        try Data(repeating: 3, count: 5000).write(to: URL(fileURLWithPath: container.mounted("tmp/t")))
+        let result = try containerfs(["usage", container.store, "--json"])
+        let object = try #require((try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]])?.first, "\(result)")
+        let used = try Self.storeBytes(container.store)
+        #expect(object["capacity"] as? Int == Self.capacity)
+        #expect(object["used"] as? Int == used)
+        #expect(object["free"] as? Int == Self.capacity - used)
+        #expect(object["availableForImportantUsage"] as? Int == Self.capacity - used + 305_000)
+        var device = statvfs()
+        #expect(statvfs(container.mountpoint, &device) == 0)
+        #expect(abs(Int(device.f_bavail) * Int(device.f_frsize) - (Self.capacity - used)) <= 4096, "statfs agrees with usage")
+        let table = try containerfs(["usage", container.store])
+        #expect(table.stdout.contains("capacity  8.0 MiB") && table.stdout.contains("available for important usage"), "\(table)")
     }
 }
