@@ -307,4 +307,35 @@ struct CapacityTests {
         let table = try containerfs(["usage", container.store])
         #expect(table.stdout.contains("capacity  8.0 MiB") && table.stdout.contains("available for important usage"), "\(table)")
     }
+
+    /// `git commit` of a file larger than the space left fails cleanly, and the repository
+    /// stays valid (`git fsck`); after freeing space a commit succeeds.
+    @Test func gitCommitOnAFullDiskLeavesTheRepositoryValid() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let repository = container.mounted("Documents/repo")
+        let git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", repository]
+        #expect(try runProgram(["git", "init", "-q", repository]).status == 0)
+        try Data("first\n".utf8).write(to: URL(fileURLWithPath: repository + "/small.txt"))
+        #expect(try runProgram(git + ["add", "small.txt"]).status == 0)
+        #expect(try runProgram(git + ["commit", "-qm", "first"]).status == 0)
+        // Random data does not compress: the object cannot fit.
+        let big = try runProgram(["sh", "-c", "head -c 12582912 /dev/urandom > /tmp/cfs-capacity-big && cp /tmp/cfs-capacity-big \(repository)/big.bin; echo $?; rm -f /tmp/cfs-capacity-big"])
+        #expect(big.stdout.hasPrefix("1") || big.stderr.contains("No space left"), "\(big)")
+        try? FileManager.default.removeItem(atPath: repository + "/big.bin")
+        let filler = try runProgram(["sh", "-c", "head -c 7000000 /dev/urandom > \(repository)/big.bin"])
+        #expect(filler.status == 0, "\(filler)")
+        let added = try runProgram(git + ["add", "big.bin"])
+        let commit = added.status == 0 ? try runProgram(git + ["commit", "-qm", "big"]) : added
+        #expect(commit.status != 0 && commit.stderr.contains("No space left"), "\(commit)")
+        let fsck = try runProgram(git + ["fsck", "--no-dangling"])
+        #expect(fsck.status == 0, "\(fsck)")
+        #expect(try runProgram(git + ["log", "--oneline"]).stdout.split(separator: "\n").count == 1)
+        try FileManager.default.removeItem(atPath: repository + "/big.bin")
+        try Data("second\n".utf8).write(to: URL(fileURLWithPath: repository + "/small.txt"))
+        #expect(try runProgram(git + ["commit", "-qam", "second"]).status == 0)
+        #expect(try runProgram(git + ["fsck"]).status == 0)
+    }
 }
