@@ -9,8 +9,9 @@ import Glibc
 public enum LowStorage {
     /// What a low-storage purge did.
     public struct Report: Sendable {
-        /// Free bytes before and after.
+        /// Free bytes before the purge.
         public var freeBefore: Int64
+        /// Free bytes after it.
         public var freeAfter: Int64
         /// The entries of `tmp/` removed (0: tmp was not touched).
         public var temporaryEntries = 0
