@@ -155,7 +155,9 @@ func makeOperations() -> fuse_lowlevel_ops {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }   // a truncating open
             let backing = fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
+            fs.countOpened(ino)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
+                fs.countClosed(ino, fd)
                 close(fd)
                 fs.closed(ino)
             }
@@ -170,7 +172,9 @@ func makeOperations() -> fuse_lowlevel_ops {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), entry.ino) }   // it truncated a file
             let backing = fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO)
+            fs.countOpened(entry.ino)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
+                fs.countClosed(entry.ino, fd)
                 close(fd)
                 fs.closed(entry.ino)
             }
@@ -182,9 +186,10 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.write = { request, ino, buffer, size, offset, info in
         // Only a descriptor opened for writing, after the policy allowed it, receives writes.
-        if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(caller(request), ino) }
-        let written = pwrite(handle(info), buffer, size, offset)
-        if written < 0 { fuse_reply_err(request, errno) } else { fuse_reply_write(request, written) }
+        // Within the container's capacity, if it has one: a short write, or ENOSPC.
+        let fs = fileSystem(request)
+        if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
+        respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(handle(info), buffer, size, offset)) }
     }
     ops.flush = { request, _, info in
         // Closing a duplicate gives the store the close(2) it would have seen (locks, NFS).
@@ -193,6 +198,7 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.release = { request, ino, info in
         Tagging.released(handle(info))
+        fileSystem(request).countClosed(ino, handle(info))
         close(handle(info))
         fileSystem(request).closed(ino)
         fuse_reply_err(request, 0)

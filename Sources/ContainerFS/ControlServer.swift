@@ -11,8 +11,10 @@ final class ControlServer: @unchecked Sendable {
     private let listener: Int32
     private let fileSystem: FileSystem
     private let session: OpaquePointer
+    private let store: Store
 
     init(store: Store, fileSystem: FileSystem, session: OpaquePointer) throws(Errno) {
+        self.store = store
         self.fileSystem = fileSystem
         self.session = session
         _ = withCName(ControlChannel.socketName) { unlinkat(store.stateFD, $0, 0) }
@@ -45,13 +47,21 @@ final class ControlServer: @unchecked Sendable {
 
     private func handle(_ client: Int32) {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        var changedBehind = false
         while true {
             let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
             if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
+            if buffer[0..<count].elementsEqual(ControlChannel.capacityCommand) {
+                fileSystem.space.reload(store)
+                continue
+            }
             guard let path = ContainerPath(bytes: buffer[0..<count]) else { continue }
             fileSystem.invalidate(path, session: session)
+            changedBehind = true
         }
+        // A delivery or a purge changed the store behind the mount: count it again.
+        if changedBehind, fileSystem.space.isActive { fileSystem.space.recount(store) }
         // `ok`, then how many requests came through io_uring so far (`ok 0` without rings):
         // the test suite's io_uring pass checks from it that the rings served its mounts.
         let reply = Array("ok \(cfuse_uring_requests())".utf8)

@@ -41,6 +41,8 @@ final class FileSystem: @unchecked Sendable {
     var noSetID = false
     /// A root daemon creates files as root; they are handed to the caller afterwards.
     private let daemonIsRoot = geteuid() == 0
+    /// The space used against the container's capacity, if it has one (Capacity.swift).
+    let space = SpaceAccount()
 
     init(store: Store, audit: AuditLog, timeouts: CacheTimeouts) throws(Errno) {
         self.store = store
@@ -137,8 +139,10 @@ final class FileSystem: @unchecked Sendable {
             }
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
                 guard node.type == S_IFREG else { throw Errno(EINVAL) }
-                if let fh { try sys { ftruncate(fh, attr.st_size) } }
-                else { try sys { clinux_node_truncate(fd, attr.st_size) } }
+                try withinCapacity(fh ?? fd, partial: false, growth: { Self.growth(truncatingTo: attr.st_size, $0, free: space.free) }) { (_, _) throws(Errno) in
+                    if let fh { try sys { ftruncate(fh, attr.st_size) } }
+                    else { try sys { clinux_node_truncate(fd, attr.st_size) } }
+                }
             }
             if toSet & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW) != 0 {
                 var times = [timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT), timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)]
@@ -229,7 +233,7 @@ final class FileSystem: @unchecked Sendable {
     func statfs() throws(Errno) -> statvfs {
         var info = statvfs()
         try sys { fstatvfs(store.rootFD, &info) }
-        return info
+        return capacityStatistics(info)
     }
 
     // MARK: Making and removing names
@@ -240,6 +244,7 @@ final class FileSystem: @unchecked Sendable {
         // A container holds no device files, as an iOS app's cannot.
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
+        try checkSpaceForCreation()
         try useUmask(of: caller)
         try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mknodat(fd, name, type | permittedMode(mode, type: type), device) } }
         return try created(caller, directory, name, childName, location)
@@ -248,16 +253,22 @@ final class FileSystem: @unchecked Sendable {
     func mkdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t) throws(Errno) -> fuse_entry_param {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "mkdir", [(path(directory, childName), location)])
+        try checkSpaceForCreation()
         try useUmask(of: caller)
         try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mkdirat(fd, name, mode) } }
-        return try created(caller, directory, name, childName, location)
+        let param = try created(caller, directory, name, childName, location)
+        countCreated(param.attr)
+        return param
     }
 
     func symlink(_ caller: Caller, _ target: UnsafePointer<CChar>, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "symlink", [(path(directory, childName), location)])
+        try checkSpaceForCreation()
         try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { symlinkat(target, fd, name) } }
-        return try created(caller, directory, name, childName, location)
+        let param = try created(caller, directory, name, childName, location)
+        countCreated(param.attr)
+        return param
     }
 
     func link(_ caller: Caller, _ ino: fuse_ino_t, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
@@ -276,13 +287,17 @@ final class FileSystem: @unchecked Sendable {
     func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
+        let removed = nodeBeforeRemoval(directory, name)
         try remove(directory, name, childName, 0)
+        countRemoved(removed)
     }
 
     func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
+        let removed = nodeBeforeRemoval(directory, name)
         try remove(directory, name, childName, AT_REMOVEDIR)
+        countRemoved(removed)
     }
 
     func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
@@ -295,10 +310,12 @@ final class FileSystem: @unchecked Sendable {
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
         let replaced = exchange ? nil : removing(to, newName, toName)
+        let replacedBlocks = exchange ? nil : nodeBeforeRemoval(to, newName)
         try inodes.withDescriptor(from) { fromFD throws(Errno) in
             try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
         }
         if let replaced { inodes.removed(replaced) }
+        countRemoved(replacedBlocks)
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
     }
@@ -343,6 +360,7 @@ final class FileSystem: @unchecked Sendable {
     func create(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "create", [(path(directory, childName), location)])
+        try checkSpaceForCreation(exists: { nodeBeforeRemoval(directory, name) != nil })
         try useUmask(of: caller)
         let permitted = permittedMode(mode, type: S_IFREG)
         let fd = try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
@@ -368,6 +386,7 @@ final class FileSystem: @unchecked Sendable {
         let location = layout.child(Array("#tmpfile".utf8), of: inodes.location(of: directory))
         // The audit log names the folder: the file has no name (nor inode) yet.
         try check(.create(location), caller, "open", [(path(directory), location)])
+        try checkSpaceForCreation()
         try useUmask(of: caller)
         // Never O_EXCL in the store: whether the file may be linked is for the kernel to
         // decide on the mount's inode (it refuses linkat for O_EXCL there).
@@ -402,7 +421,7 @@ final class FileSystem: @unchecked Sendable {
     /// CAP_SYS_ADMIN), or not a regular file. Writes need no check of their own either
     /// way: the policy was applied to the open's flags.
     func passthrough(_ ino: fuse_ino_t) -> Int32 {
-        guard cfuse_passthrough_active() else { return 0 }
+        guard cfuse_passthrough_active(), !space.isActive else { return 0 }
         guard let node = try? inodes.inode(ino), node.type == S_IFREG else { return 0 }
         return (try? inodes.withDescriptor(node) { nodeFD in node.backingID.withLock { id in
             guard id == 0 else { return id }
@@ -426,8 +445,9 @@ final class FileSystem: @unchecked Sendable {
         let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         try check(.changeContent(location), caller, "fallocate", [(path(node), location)])
-        let result = clinux_fallocate(fh, mode, offset, length)
-        if result != 0 { throw Errno.current }
+        try withinCapacity(fh, partial: false, growth: { Self.growth(allocating: mode, offset, length, $0) }) { (_, _) throws(Errno) in
+            if clinux_fallocate(fh, mode, offset, length) != 0 { throw Errno.current }
+        }
     }
 
     func copyFileRange(_ caller: Caller, from input: fuse_ino_t, _ inputFD: Int32, _ inputOffset: off_t,
@@ -437,7 +457,10 @@ final class FileSystem: @unchecked Sendable {
         try check(.changeContent(location), caller, "copy_file_range", [(path(node), location)])
         var inOffset = inputOffset
         var outOffset = outputOffset
-        return try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length, flags) }
+        return try withinCapacity(outputFD, partial: true, growth: { Self.growth(writing: length, at: outputOffset, $0) }) { (fitting, wanted) throws(Errno) in
+            let cut = Int(clamping: max(0, wanted - fitting))
+            return try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length - cut, flags) }
+        }
     }
 
     // MARK: Extended attributes

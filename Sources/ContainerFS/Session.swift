@@ -120,6 +120,8 @@ public final class Session {
         }
         fileSystem.writeback = options.writeback
         fileSystem.noSetID = options.noSetID
+        // With a capacity, the store is counted once here (a walk: see docs/capacity.md).
+        fileSystem.space.reload(store)
         if options.uring == .on { try Self.switchOnKernelUring() }
         Tagging.mounted(store)
 

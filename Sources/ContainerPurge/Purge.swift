@@ -148,7 +148,8 @@ public enum Purge {
 
         for (s, source) in sources.enumerated() {
             let store = stores[source.store]
-            let deleted = source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].containerPath }
+            var deleted = source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].containerPath }
+            deleted += removeEmptiedFolders(store, deleted)
             // A store mounted now (also one whose mount started while we were deleting)
             // must drop what its kernel cached about the deleted files.
             if !deleted.isEmpty, MountLock.holder(store) != nil {

@@ -57,3 +57,33 @@ public struct StorageUsage: Sendable {
         return StorageUsage(areas: areas)
     }
 }
+
+/// A container's space as the device an app sees (SPEC §10): its capacity, what it uses
+/// and what is free, and what is available for important usage — free plus the cache
+/// and tmp bytes the system could purge (iOS's `volumeAvailableCapacityForImportantUsage`).
+public struct DeviceSpace: Sendable {
+    /// The capacity in bytes; nil: none, the store's file system is the device.
+    public var capacity: Int64?
+    /// Bytes in blocks the container holds (the capacity's count).
+    public var used: Int64
+    /// Bytes free: capacity − used, or the store's file system's available bytes.
+    public var free: Int64
+    /// `free` plus the purgeable (cache and tmp) bytes.
+    public var availableForImportantUsage: Int64
+
+    /// Measures `store`, whose areas `usage` measured.
+    public static func measure(_ store: Store, _ usage: StorageUsage) -> DeviceSpace {
+        let capacity = Capacity.read(store)
+        let used = Capacity.usedBytes(rootFD: store.rootFD)
+        var free: Int64
+        if let capacity {
+            free = max(0, capacity - used)
+        } else {
+            var info = statvfs()
+            free = fstatvfs(store.rootFD, &info) == 0
+                ? Int64(clamping: info.f_bavail).multipliedSaturating(by: Int64(clamping: info.f_frsize)) : 0
+        }
+        let purgeable = usage.areas.filter(\.purgeable).reduce(Int64(0)) { $0.addingSaturating($1.bytes) }
+        return DeviceSpace(capacity: capacity, used: used, free: free, availableForImportantUsage: free.addingSaturating(purgeable))
+    }
+}

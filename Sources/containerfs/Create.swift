@@ -20,12 +20,17 @@ struct Create: ParsableCommand {
     @Option(help: "The installer key that signs the bundle; made if missing (default: $XDG_CONFIG_HOME/containerfs/installer.key, see docs/signing.md).")
     var key: String?
 
+    @Option(help: ArgumentHelp("Give the container a capacity, a simulated device size (see 'containerfs capacity').", valueName: "SIZE"))
+    var capacity: String?
+
     func run() throws {
         try reportingErrors {
+            let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             // The key first: a key that cannot be had leaves no container behind.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
             let created = try Store.create(at: store, bundle: bundle, installerKey: installerKey)
+            if let bytes = choice?.bytes { try Capacity.write(created, bytes) }
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint)\n")
         }
     }

@@ -38,6 +38,9 @@ struct PurgeCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Only files last used at least this long ago.", valueName: "DURATION"))
     var olderThan: String?
 
+    @Option(name: .customLong("until-free"), help: ArgumentHelp("Per store not running: delete (tmp first, then caches least recently used first) only until this much is free (see 'containerfs capacity').", valueName: "SIZE|PERCENT"))
+    var untilFree: String?
+
     @Flag(help: "Purge mounted containers too.")
     var includeRunning = false
 
@@ -54,6 +57,10 @@ struct PurgeCommand: ParsableCommand {
             Session.raiseDescriptorLimit()
             var opened: [Store] = []
             for path in stores { opened.append(try Store.open(path)) }
+            if let untilFree {
+                for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
+                return
+            }
             let report = try Purge.purge(opened, options)
             var output = BufferedOutput()
             if json {
@@ -76,6 +83,9 @@ struct PurgeCommand: ParsableCommand {
         if stores.isEmpty { throw UserError.usage("name at least one container store to purge") }
         guard caches || tmp else { throw UserError.usage("say what to purge: --caches (Library/Caches), --tmp (tmp) or both") }
         if all, free != nil { throw UserError.usage("--all and --free exclude each other: --all deletes everything that qualifies") }
+        if untilFree != nil, all || free != nil || olderThan != nil || dryRun || json || includeRunning {
+            throw UserError.usage("--until-free goes alone: it deletes only until that much is free, in stores not running")
+        }
         var options = Purge.Options(kinds: (caches ? [TagKind.cache] : []) + (tmp ? [.temporary] : []))
         if let free {
             guard let bytes = Quantity.bytes(free) else {

@@ -51,6 +51,9 @@ struct RunCommand: ParsableCommand {
                                valueName: "NAME[=VALUE]"))
     var environmentItems: [String] = []
 
+    @Option(name: .customLong("low-storage"), help: ArgumentHelp("Before the program starts, if less than this is free (a size, or a percentage of the capacity), empty tmp and purge caches least recently used first until it is, printing what went.", valueName: "SIZE|PERCENT"))
+    var lowStorage: String?
+
     @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
     var key: String?
 
@@ -93,6 +96,7 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         var status: Int32 = 0
         try reportingErrors {
+            if let lowStorage { try purgeForLowStorage(try Store.open(store), lowStorage, option: "--low-storage") }
             var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
                           command: command, addedEnvironment: addedEnvironment)
             if let launches {
