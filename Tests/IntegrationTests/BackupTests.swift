@@ -145,7 +145,8 @@ struct BackupCLITests {
                     time.sleep(0.02)
                 """, path]
             try writer.run()
-            defer { writer.terminate(); writer.waitUntilExit() }
+            // SIGKILL: a child of a test thread starts with SIGTERM blocked (the thread's mask).
+            defer { kill(writer.processIdentifier, SIGKILL); writer.waitUntilExit() }
             try waitForVersion(other: 0x41)
             var archived: [UInt8] = []
             for round in 0..<3 {
