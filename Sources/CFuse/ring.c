@@ -228,9 +228,14 @@ void ring_start(struct fuse_session *se, int device_fd, size_t payload_size) {
     ring_session = se;
     ring_device_fd = device_fd;
     ring_payload_size = payload_size;
-    // The threads take no signals: the daemon's main thread handles them.
+    // The threads take no signals: the daemon's main thread handles them. Except those a
+    // fault raises in the thread itself: blocked, the kernel kills the process instead of
+    // running their handler (the use table's SIGBUS guard, mapping_guard.c).
     sigset_t all, previous;
     sigfillset(&all);
+    for (int fault = 0, faults[] = { SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP, SIGSYS }; fault < 6; fault++) {
+        sigdelset(&all, faults[fault]);
+    }
     pthread_sigmask(SIG_BLOCK, &all, &previous);
     server_count = count;   // the guard watches the servers whose thread has started
     if (pthread_create(&guard_thread, NULL, guard, NULL) != 0) server_count = count = 0;

@@ -139,7 +139,7 @@ final class FileSystem: @unchecked Sendable {
             }
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
                 guard node.type == S_IFREG else { throw Errno(EINVAL) }
-                try withinCapacity(fh ?? fd, partial: false, growth: { Self.growth(truncatingTo: attr.st_size, $0, free: space.free) }) { (_, _) throws(Errno) in
+                _ = try withinCapacity(fh ?? fd, partial: false, growth: { Self.growth(truncatingTo: attr.st_size, $0, free: space.free) }) { (_, _) throws(Errno) in
                     if let fh { try sys { ftruncate(fh, attr.st_size) } }
                     else { try sys { clinux_node_truncate(fd, attr.st_size) } }
                 }
