@@ -284,6 +284,46 @@ struct CapacityTests {
         #expect(access(container.stored("Library/Caches/new"), F_OK) != 0 && access(container.stored("Library/Caches"), F_OK) == 0)
     }
 
+    /// `run --low-storage` purges as `mount --low-storage` does, before the program starts:
+    /// the program never sees what went, and sees what was kept.
+    @Test func runWithLowStoragePurgesBeforeTheProgramStarts() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        let write = """
+            import os, sys
+            store = sys.argv[1]
+            def put(path, size, age):
+                full = os.path.join(store, path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f: f.write(b"z" * size)
+                when = 1_000_000_000 + age
+                os.utime(full, (when, when))
+            put("tmp/scratch", 1 << 20, 0)
+            put("Library/Caches/old/a", 2 << 20, 10)
+            put("Library/Caches/new/b", 2 << 20, 20)
+            put("Documents/d", 2 << 20, 0)
+            """
+        let made = try runProgram(["/usr/bin/python3", "-c", write, container.store])
+        try #require(made.status == 0, "\(made)")
+
+        let tooMuch = try containerfs(["run", container.store, "--low-storage", "9M", "--", "true"])
+        #expect(tooMuch.status == 64 && tooMuch.stderr.split(separator: "\n").count == 1, "\(tooMuch)")
+        #expect(access(container.stored("tmp/scratch"), F_OK) == 0, "nothing purged on bad input")
+
+        let ran = try containerfs(["run", container.store, "--low-storage", "3M", "--",
+                                   "/bin/sh", "-c", "echo START; ls Library/Caches; ls -A tmp; echo END"])
+        try #require(ran.status == 0, "\(ran)")
+        let output = ran.stdout
+        let start = try #require(output.range(of: "START\n"), "\(ran)")
+        let purged = output[..<start.lowerBound], seen = output[start.upperBound...]
+        #expect(purged.contains("emptied") && purged.contains("Library/Caches/old/a"), "printed before the program: \(ran)")
+        #expect(!purged.contains("new/b"), "only what was needed: \(ran)")
+        #expect(seen == "new\nEND\n", "the program sees the kept cache folder and an empty tmp: \(ran)")
+        #expect(access(container.stored("Library/Caches/new/b"), F_OK) == 0)
+        #expect(access(container.stored("Documents/d"), F_OK) == 0)
+    }
+
     /// usage gives capacity, used, free and availableForImportantUsage (free + the cache
     /// and tmp bytes), in --json and in the table.
     @Test func usageReportsTheDevice() throws {
