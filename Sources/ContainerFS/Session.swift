@@ -111,7 +111,7 @@ public final class Session {
         self.mountpoint = mountpoint
         self.options = options
         // Before the node cache sizes itself by it.
-        Self.raiseDescriptorLimit()
+        DescriptorLimit.raise()
         do {
             fileSystem = try FileSystem(store: store, audit: audit,
                                         timeouts: CacheTimeouts(entry: options.cacheTimeout, attributes: options.cacheTimeout))
@@ -159,16 +159,6 @@ public final class Session {
             fuse_session_destroy(session)
             throw UserError("cannot open the control socket in \(store.statePath): \(error)")
         }
-    }
-
-    /// Takes the whole descriptor allowance, as libfuse's passthrough_hp does: a login
-    /// shell's soft limit (often 1024) is no measure of a file system's open files.
-    public static func raiseDescriptorLimit() {
-        var limit = rlimit()
-        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        setrlimit(resource, &limit)
     }
 
     static let kernelUringSwitch = "/sys/module/fuse/parameters/enable_uring"

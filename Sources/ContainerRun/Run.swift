@@ -160,7 +160,7 @@ public struct Run {
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { envp.forEach { free($0) } }
         var pid: pid_t = 0
-        let status = posix_spawnp(&pid, path, &actions, &attributes, argv, envp)
+        let status = DescriptorLimit.asFound { posix_spawnp(&pid, path, &actions, &attributes, argv, envp) }
         guard status == 0 else { throw UserError("cannot run \(path): \(Errno(status))") }
         return pid
     }

@@ -33,6 +33,8 @@ struct ContainerFSCommand: ParsableCommand {
             FileHandleOutput.standardError.write("containerfs: \(what): see '\(help)'\n")
             Glibc.exit(status.rawValue)
         }
+        // Walks of the store hold a descriptor per folder level (docs/architecture.md).
+        DescriptorLimit.raise()
         do {
             try command.run()
         } catch {

@@ -1,5 +1,4 @@
 import ArgumentParser
-import ContainerFS
 import ContainerPolicy
 import ContainerPurge
 import ContainerStore
@@ -53,8 +52,6 @@ struct PurgeCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let options = try parseOptions()
-            // Purge keeps many folders open at once: take the whole descriptor allowance.
-            Session.raiseDescriptorLimit()
             var opened: [Store] = []
             for path in stores { opened.append(try Store.open(path)) }
             if let untilFree {

@@ -57,6 +57,8 @@ struct BackupSetLimitTests {
     /// A chain of 3000 folders in Documents, walked on a thread with a 128 KiB stack: every
     /// folder before what it holds, the file at the bottom last.
     @Test func aFolderChainDeeperThanTheStackIsWalked() throws {
+        // A descriptor per level, as every containerfs command allows (DescriptorLimit).
+        DescriptorLimit.raise()
         let scratch = try TmpfsStore()
         let depth = 3000
         var fd = open(scratch.path + "/store/Documents", O_RDONLY | O_DIRECTORY)

@@ -159,6 +159,8 @@ struct OutsideValueTests {
     /// Folder chains deeper than a thread's stack allows recursion for: the walks of purge,
     /// usage and emptying tmp iterate (and removeTree, which emptying tmp uses).
     @Test func folderChainsDeeperThanTheStackAreWalked() throws {
+        // A descriptor per level, as every containerfs command allows (DescriptorLimit).
+        DescriptorLimit.raise()
         // On a tmpfs: thousands of rmdir on a busy disk take seconds each hundred.
         let tmpfs = try TemporaryTmpfs()
         let scratch = try PurgeScratch(in: tmpfs.path)
