@@ -49,6 +49,13 @@ final class ControlServer: @unchecked Sendable {
             let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
             if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
+            if let command = DeviceControl.command(in: buffer[0..<count]) {
+                // lock, unlock, status (SPEC §11): answered with the state, nothing else follows.
+                let state = command == .status ? fileSystem.protection.current
+                    : fileSystem.protection.switchState(locked: command == .lock, session: session)
+                _ = state.rawValue.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                return
+            }
             guard let path = ContainerPath(bytes: buffer[0..<count]) else { continue }
             fileSystem.invalidate(path, session: session)
         }

@@ -47,6 +47,9 @@ struct RunCommand: ParsableCommand {
     @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
     var key: String?
 
+    @Flag(help: "Start with the device locked since boot: only data of class none is available until 'containerfs unlock STORE' (docs/protection.md).")
+    var locked = false
+
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
     var command: [String] = []
 
@@ -70,8 +73,10 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         var status: Int32 = 0
         try reportingErrors {
-            status = try Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
-                             command: command, addedEnvironment: addedEnvironment).runInContainer()
+            var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
+                          command: command, addedEnvironment: addedEnvironment)
+            run.locked = locked
+            status = try run.runInContainer()
         }
         if status != 0 { throw ExitCode(status) }
     }
