@@ -44,6 +44,8 @@ python3 "$here/bench.py" "$@" || status=$?
 "$here/backup.sh" "$@" || status=$?
 # Tags and purge (issue 4): tagging overhead, and purge against rm of the same files.
 "$here/purge.sh" "$1" || status=$?
+# Data protection (issue 14): a complete folder (no passthrough) against a none folder.
+python3 "$here/protection.py" "$1" || status=$?
 # What one synchronous hop costs here: the floor under the metadata rows.
 "$here/roundtrip.sh" "$1" || status=$?
 exit "$status"

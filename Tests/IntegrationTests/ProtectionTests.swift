@@ -248,6 +248,34 @@ struct ProtectionThroughMountTests {
         }
     }
 
+    /// A mapping made before the lock: the kernel's pages are dropped at lock, so touching a
+    /// page of a `complete` file faults to the daemon, which refuses it (SIGBUS, as an iOS
+    /// app is killed); a `completeUnlessOpen` mapping keeps working.
+    static let mmapProgram = #"""
+    import mmap, os, subprocess, sys
+    cfs, store, path = sys.argv[1:4]
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, 8192, prot=mmap.PROT_READ)
+    assert m[0:1] == b"z"
+    subprocess.run([cfs, "lock", store], check=True, stdout=subprocess.DEVNULL)
+    print(m[4096:4097].decode(), flush=True)
+    """#
+
+    @Test("a mapping made before the lock: complete faults (SIGBUS), completeUnlessOpen keeps working",
+          arguments: [("complete", Int32(128 + SIGBUS)), ("completeUnlessOpen", 0)])
+    func mapping(_ cls: String, _ status: Int32) throws {
+        try withMountedContainer { container in
+            let folder = container.mounted("Documents/\(cls)")
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+            #expect(try runProgram(["setfattr", "-n", Self.attribute, "-v", cls, folder]).status == 0)
+            try Data(repeating: UInt8(ascii: "z"), count: 8192).write(to: URL(fileURLWithPath: folder + "/mapped"))
+            let program = container.base + "/mapping-test.py"
+            try Self.mmapProgram.write(toFile: program, atomically: true, encoding: .utf8)
+            let result = try runProgram(["sh", "-c", "python3 \"$0\" \"$@\"; echo status $?", program, containerfsBinary, container.store, folder + "/mapped"])
+            #expect(result.stdout.hasSuffix("status \(status)\n"), "\(result)")
+        }
+    }
+
     @Test("status shows the state, mount point and daemon; --json")
     func status() throws {
         try withMountedContainer(options: ["locked"]) { container in
