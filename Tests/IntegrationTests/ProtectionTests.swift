@@ -276,6 +276,20 @@ struct ProtectionThroughMountTests {
         }
     }
 
+    @Test("run --locked: locked since boot, the denials counted in the summary")
+    func runLocked() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Data("old".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/old")))
+        let result = try containerfs(["run", container.store, "--locked", "--no-confine", "--", "sh", "-c",
+                                      "cat Documents/old; echo new > Documents/new; ls Documents/old; exit 3"])
+        #expect(result.status == 3, "\(result)")
+        #expect(result.stdout == "Documents/old\n", "\(result)")
+        #expect(result.stderr.hasSuffix("2 operations denied (2 protected data unavailable while locked): see containerfs audit \(container.store)\n"),
+                "\(result)")
+        #expect(!FileManager.default.fileExists(atPath: container.stored("Documents/new")))
+    }
+
     @Test("status shows the state, mount point and daemon; --json")
     func status() throws {
         try withMountedContainer(options: ["locked"]) { container in
