@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerPolicy
 import ContainerPurge
 import ContainerStore
 import Glibc
@@ -10,7 +11,8 @@ struct UsageCommand: ParsableCommand {
         discussion: """
             Per area — the bundle, Documents (without the Inbox), the Inbox, Library (without
             Caches), Library/Caches and tmp — the bytes and number of regular files, as a phone's
-            storage view shows them, with a bar per area on a terminal.
+            storage view shows them, with a bar per area on a terminal. --json also gives the
+            bytes of the data (all but the bundle) per protection class (bytesByProtection).
             """)
 
     @Argument(help: "Container stores.")
@@ -63,7 +65,9 @@ struct UsageCommand: ParsableCommand {
         let areas = usage.areas.map {
             "{\"area\":\(jsonString($0.name)),\"path\":\(jsonString($0.path)),\"bytes\":\($0.bytes),\"files\":\($0.files),\"backedUp\":\($0.backedUp),\"purgeable\":\($0.purgeable)}"
         }
-        output.write("{\"store\":\(jsonString(store.path)),\"areas\":[\(areas.joined(separator: ","))],\"totalBytes\":\(usage.totalBytes),\"totalFiles\":\(usage.totalFiles)}")
+        let classes = ProtectionClass.allCases.map { "\(jsonString($0.rawValue)):\(usage.bytesByClass[$0] ?? 0)" }
+        output.write("{\"store\":\(jsonString(store.path)),\"areas\":[\(areas.joined(separator: ","))],\"totalBytes\":\(usage.totalBytes),\"totalFiles\":\(usage.totalFiles),"
+            + "\"bytesByProtection\":{\(classes.joined(separator: ","))}}")
     }
 
     private func pad(_ text: String, _ width: Int, right: Bool = false) -> String {

@@ -347,6 +347,8 @@ struct ProtectionThroughMountTests {
         try Data("secret".utf8).write(to: URL(fileURLWithPath: base + "/store/Documents/default"))
         try Data("plain".utf8).write(to: URL(fileURLWithPath: base + "/store/Documents/plain"))
         #expect(try containerfs(["protect", base + "/store/Documents/plain", "--class", "none"]).status == 0)
+        let usage = try containerfs(["usage", base + "/store", "--json"])
+        #expect(usage.stdout.contains("\"bytesByProtection\":{\"complete\":6,\"completeUnlessOpen\":0,\"completeUntilFirstUserAuthentication\":0,\"none\":5}"), "\(usage)")
         try FileManager.default.createDirectory(atPath: base + "/mnt", withIntermediateDirectories: true)
         #expect(try containerfs(["mount", base + "/store", base + "/mnt"]).status == 0)
         defer { _ = try? containerfs(["unmount", base + "/mnt"]) }
