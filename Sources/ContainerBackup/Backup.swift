@@ -63,7 +63,7 @@ public enum Backup {
         }
         var summary: BackupSummary
         do {
-            var backup = try BackupWriter(store: store, set: set, fd: fd, progress: progress)
+            var backup = try BackupWriter(store: store, set: set, sink: FileArchiveSink(fd: fd), progress: progress)
             summary = try backup.run()
             try sys { fsync(fd) }
             try withCName(partial) { (from) throws(Errno) in
@@ -92,7 +92,7 @@ public enum Backup {
 }
 
 /// One backup being written: the manifest's room first, then every item, then the manifest.
-private struct BackupWriter {
+struct BackupWriter {
     let store: Store
     let set: BackupSet
     let writer: ArchiveWriter
@@ -106,11 +106,11 @@ private struct BackupWriter {
                    UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
     let backgroundHasher = BackgroundHasher()
 
-    init(store: Store, set: BackupSet, fd: Int32, progress: ((Int64, Int64) -> Void)?) throws {
+    init(store: Store, set: BackupSet, sink: any ArchiveSink, progress: ((Int64, Int64) -> Void)?) throws {
         self.store = store
         self.set = set
         self.progress = progress
-        writer = try ArchiveWriter(fd: fd)
+        writer = try ArchiveWriter(sink: sink)
         records.reserveCapacity(set.items.count)
     }
 
@@ -126,6 +126,7 @@ private struct BackupWriter {
             path: BackupManifest.entryPath, type: S_IFREG, permissions: 0o644, size: Int64(room),
             modified: now, accessed: now, uid: getuid(), gid: getgid()))
         let manifestOffset = writer.sink.position
+        writer.sink.willPatch(from: manifestOffset, count: room)
         let padding = [UInt8](repeating: UInt8(ascii: "\n"), count: room)
         try padding.withUnsafeBytes { try writer.writeData($0) }
         try writer.finishEntry()
@@ -224,7 +225,7 @@ private struct BackupWriter {
             // the times as they are: wait until that tick is over, so any write from now on
             // shows. ctime, because no program can set it.
             if !waitForTickAfter(before.st_ctim) { continue }
-            let mark = writer.sink.position
+            let mark = writer.sink.markRewindPoint()
             var fileHeader = header(item, info: before)
             fileHeader.size = Int64(before.st_size)
             try writer.writeHeader(fileHeader)

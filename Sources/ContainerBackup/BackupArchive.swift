@@ -24,17 +24,38 @@ struct ArchiveEntryHeader {
     var attributes: [ExtendedAttribute] = []
 }
 
-/// Where a backup archive's bytes go: a buffered descriptor whose write position is known
+/// Where a backup archive's bytes go, with an exact write position so that an entry can
+/// be taken back and a reserved range filled in at the end: a file (`FileArchiveSink`) or
+/// an object store's multipart upload (`UploadArchiveSink`).
+protocol ArchiveSink: AnyObject {
+    /// The offset of the next byte written.
+    var position: Int64 { get }
+    /// The first write error, reported by `ArchiveWriter`.
+    var error: (any Error)? { get set }
+    func append(_ data: UnsafeRawBufferPointer) throws
+    /// Hands what is buffered on (at the end of the archive).
+    func flush() throws
+    /// The position, from which the caller may `rewind` until its next mark.
+    func markRewindPoint() -> Int64
+    /// Forgets everything written from `offset` (at or after the last mark) on.
+    func rewind(to offset: Int64) throws
+    /// Announces that `count` bytes from `offset` will be overwritten by `patch`.
+    func willPatch(from offset: Int64, count: Int)
+    /// Overwrites already written bytes at `offset` (after `flush`).
+    func patch(_ bytes: [UInt8], at offset: Int64) throws
+}
+
+/// A backup archive's bytes into a file: a buffered descriptor whose write position is known
 /// exactly (libarchive is set to pass every byte on at once), so that an entry can be
 /// taken back and written again, and a reserved range filled in at the end.
-final class ArchiveSink {
+final class FileArchiveSink: ArchiveSink {
     let fd: Int32
     private let buffer: UnsafeMutableRawBufferPointer
     private var count = 0
     /// Bytes already handed to the kernel.
     private var flushed: Int64 = 0
     /// The first write error, reported by `ArchiveWriter`.
-    var error: Errno?
+    var error: (any Error)?
 
     init(fd: Int32, capacity: Int = 1 << 20) {
         self.fd = fd
@@ -65,6 +86,10 @@ final class ArchiveSink {
         flushed += Int64(count)
         count = 0
     }
+
+    func markRewindPoint() -> Int64 { position }
+
+    func willPatch(from offset: Int64, count: Int) {}
 
     /// Forgets everything written from `offset` on.
     func rewind(to offset: Int64) throws(Errno) {
@@ -98,8 +123,8 @@ final class ArchiveSink {
 
 /// libarchive's write callback: everything goes to the `ArchiveSink`.
 private let sinkWrite: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeRawPointer?, Int) -> Int = { _, client, data, length in
-    let sink = Unmanaged<ArchiveSink>.fromOpaque(client!).takeUnretainedValue()
-    do throws(Errno) {
+    let sink = Unmanaged<ArchiveWriter>.fromOpaque(client!).takeUnretainedValue().sink
+    do {
         try sink.append(UnsafeRawBufferPointer(start: data, count: length))
         return length
     } catch {
@@ -112,17 +137,17 @@ private let sinkWrite: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?,
 final class ArchiveWriter {
     private let archive: OpaquePointer
     private let entry: OpaquePointer
-    let sink: ArchiveSink
+    let sink: any ArchiveSink
 
-    init(fd: Int32) throws(ArchiveFailure) {
+    init(sink: any ArchiveSink) throws(ArchiveFailure) {
         carchive_use_utf8_names()
-        sink = ArchiveSink(fd: fd)
+        self.sink = sink
         archive = archive_write_new()
         entry = archive_entry_new()
         // No blocking: each byte reaches the sink at once, so its position is exact.
         guard archive_write_set_format_pax(archive) == ARCHIVE_OK,
               archive_write_set_bytes_per_block(archive, 0) == ARCHIVE_OK,
-              archive_write_open2(archive, Unmanaged.passUnretained(sink).toOpaque(), nil, sinkWrite, nil, nil) == ARCHIVE_OK
+              archive_write_open2(archive, Unmanaged.passUnretained(self).toOpaque(), nil, sinkWrite, nil, nil) == ARCHIVE_OK
         else { throw failure("opening", ARCHIVE_FATAL) }
     }
 

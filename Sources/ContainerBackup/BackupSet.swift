@@ -59,24 +59,31 @@ public struct BackupSet: Sendable {
     }
 
     /// Adds the directory open at `fd` and, unless excluded, what it holds.
+    ///
+    /// Iterative, with one open folder per level on an explicit stack: a chain of folders
+    /// tens of thousands deep must not overflow the thread's stack. Folders are visited
+    /// before what they hold, names in byte order, as the recursion did.
     private mutating func walk(_ fd: Int32, path: ContainerPath, location: Location, layout: ContainerLayout, seen: inout [InodeIdentity: ContainerPath]) throws(Errno) {
-        var info = stat()
-        try sys { fstat(fd, &info) }
-        let attributes = try ExtendedAttributes.user(of: fd)
-        if BackupExclusion.excludes(attributes) {
-            excluded.append((path, .directory))
-            return
-        }
-        items.append(BackupItem(path: path, kind: .directory, size: 0, hardLinkTarget: nil, symlinkTarget: nil, info: info, attributes: attributes))
-        let entries = try Directory.entries(of: fd).map(\.name).sorted { $0.lexicographicallyPrecedes($1) }
-        for name in entries {
-            let childLocation = layout.child(name, of: location)
+        // Each level: the folder (closed when left, except `fd`, the caller's), its path and
+        // location, and the names still to visit, last first.
+        var stack: [(fd: Int32, path: ContainerPath, location: Location, names: [[UInt8]])] = []
+        defer { stack.dropFirst().forEach { close($0.fd) } }
+        if let names = try enter(fd, path: path) { stack.append((fd, path, location, names)) }
+        while let level = stack.last {
+            guard let name = level.names.last else {
+                if stack.count > 1 { close(level.fd) }
+                stack.removeLast()
+                continue
+            }
+            stack[stack.count - 1].names.removeLast()
+            let fd = level.fd
+            let childLocation = layout.child(name, of: level.location)
             switch childLocation {
             case .standard(.caches), .hidden, .bundle, .foreign, .root: continue
             case .standard, .inside: break
             }
             if case .inside(let area) = childLocation, area != .data, area != .inbox { continue }
-            let childPath = path.appending(name)
+            let childPath = level.path.appending(name)
             var childInfo = stat()
             let found = withCName(name) { fstatat(fd, $0, &childInfo, AT_SYMLINK_NOFOLLOW) }
             guard found == 0 else {
@@ -93,8 +100,18 @@ public struct BackupSet: Sendable {
                 } catch where [ENOENT, ENOTDIR, ELOOP].contains(error.code) {
                     continue  // replaced while we walk
                 }
-                defer { close(childFD) }
-                try walk(childFD, path: childPath, location: childLocation, layout: layout, seen: &seen)
+                let names: [[UInt8]]?
+                do {
+                    names = try enter(childFD, path: childPath)
+                } catch {
+                    close(childFD)
+                    throw error
+                }
+                guard let names else {
+                    close(childFD)
+                    continue
+                }
+                stack.append((childFD, childPath, childLocation, names))
             case S_IFREG:
                 let childAttributes = try ExtendedAttributes.user(at: fd, name)
                 if BackupExclusion.excludes(childAttributes) {
@@ -107,7 +124,8 @@ public struct BackupSet: Sendable {
                     target = seen[identity]
                     if target == nil { seen[identity] = childPath }
                 }
-                if target == nil { totalBytes += Int64(childInfo.st_size) }
+                // Held at Int64.max: sparse files can claim more than that between them.
+                if target == nil { totalBytes = totalBytes.addingSaturated(Int64(childInfo.st_size)) }
                 items.append(BackupItem(path: childPath, kind: .file, size: Int64(childInfo.st_size), hardLinkTarget: target,
                                         symlinkTarget: nil, info: childInfo, attributes: childAttributes))
             case S_IFLNK:
@@ -120,6 +138,20 @@ public struct BackupSet: Sendable {
                 skipped.append(childPath)
             }
         }
+    }
+
+    /// Adds the directory open at `fd` as an item and returns the names it holds, last
+    /// first; nil if the exclusion attribute excludes it (then it is listed as excluded).
+    private mutating func enter(_ fd: Int32, path: ContainerPath) throws(Errno) -> [[UInt8]]? {
+        var info = stat()
+        try sys { fstat(fd, &info) }
+        let attributes = try ExtendedAttributes.user(of: fd)
+        if BackupExclusion.excludes(attributes) {
+            excluded.append((path, .directory))
+            return nil
+        }
+        items.append(BackupItem(path: path, kind: .directory, size: 0, hardLinkTarget: nil, symlinkTarget: nil, info: info, attributes: attributes))
+        return try Directory.entries(of: fd).map(\.name).sorted { $1.lexicographicallyPrecedes($0) }
     }
 }
 

@@ -168,7 +168,13 @@ func makeOperations() -> fuse_lowlevel_ops {
             let backing = guarded ? 0 : fs.passthrough(ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
             if guarded { markGuarded(info, ino, fs) }
-            if cfuse_reply_open_backed(request, info, backing) == -ENOENT { close(fd) }
+            fs.countOpened(ino)
+            if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
+                if guarded { fs.protection.released(ino) }
+                fs.countClosed(ino, fd)
+                close(fd)
+                fs.closed(ino)
+            }
         }
     }
     ops.create = { request, parent, name, mode, info in
@@ -182,7 +188,13 @@ func makeOperations() -> fuse_lowlevel_ops {
             let backing = guarded ? 0 : fs.passthrough(entry.ino)
             setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
             if guarded { markGuarded(info, entry.ino, fs) }
-            if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT { close(fd) }
+            fs.countOpened(entry.ino)
+            if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
+                if guarded { fs.protection.released(entry.ino) }
+                fs.countClosed(entry.ino, fd)
+                close(fd)
+                fs.closed(entry.ino)
+            }
         }
     }
     ops.read = { request, ino, size, offset, info in
@@ -199,13 +211,13 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.write = { request, ino, buffer, size, offset, info in
         // Only a descriptor opened for writing, after the policy allowed it, receives writes.
+        // Within the container's capacity, if it has one: a short write, or ENOSPC.
+        let fs = fileSystem(request)
         let write = {
-            if cfuse_request_kills_suidgid() { fileSystem(request).dropSetIDBits(caller(request), ino) }
-            let written = pwrite(handle(info), buffer, size, offset)
-            if written < 0 { fuse_reply_err(request, errno) } else { fuse_reply_write(request, written) }
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
+            respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(handle(info), buffer, size, offset)) }
         }
         guard DataProtection.isGuarded(info) else { return write() }
-        let fs = fileSystem(request)
         if !fs.protection.whileAvailable(write) { fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "write")) }
     }
     ops.flush = { request, _, info in
@@ -216,7 +228,9 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.release = { request, ino, info in
         if DataProtection.isGuarded(info) { fileSystem(request).protection.released(ino) }
         Tagging.released(handle(info))
+        fileSystem(request).countClosed(ino, handle(info))
         close(handle(info))
+        fileSystem(request).closed(ino)
         fuse_reply_err(request, 0)
     }
     ops.fsync = { request, _, dataOnly, info in

@@ -11,8 +11,10 @@ final class ControlServer: @unchecked Sendable {
     private let listener: Int32
     private let fileSystem: FileSystem
     private let session: OpaquePointer
+    private let store: Store
 
     init(store: Store, fileSystem: FileSystem, session: OpaquePointer) throws(Errno) {
+        self.store = store
         self.fileSystem = fileSystem
         self.session = session
         _ = withCName(ControlChannel.socketName) { unlinkat(store.stateFD, $0, 0) }
@@ -45,10 +47,15 @@ final class ControlServer: @unchecked Sendable {
 
     private func handle(_ client: Int32) {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        var changedBehind = false
         while true {
             let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
             if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
+            if buffer[0..<count].elementsEqual(ControlChannel.capacityCommand) {
+                fileSystem.space.reload(store)
+                continue
+            }
             if let command = DeviceControl.command(in: buffer[0..<count]) {
                 // lock, unlock, status (SPEC §11): answered with the state, nothing else follows.
                 let state = command == .status ? fileSystem.protection.current
@@ -58,8 +65,14 @@ final class ControlServer: @unchecked Sendable {
             }
             guard let path = ContainerPath(bytes: buffer[0..<count]) else { continue }
             fileSystem.invalidate(path, session: session)
+            changedBehind = true
         }
-        _ = "ok".withCString { send(client, $0, 2, Int32(MSG_NOSIGNAL)) }
+        // A delivery or a purge changed the store behind the mount: count it again.
+        if changedBehind, fileSystem.space.isActive { fileSystem.space.recount(store) }
+        // `ok`, then how many requests came through io_uring so far (`ok 0` without rings):
+        // the test suite's io_uring pass checks from it that the rings served its mounts.
+        let reply = Array("ok \(cfuse_uring_requests())".utf8)
+        _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 }
 
@@ -71,12 +84,13 @@ extension FileSystem {
         var directory = inodes.root
         for component in path.components.dropLast() {
             var info = stat()
-            guard withCName(component, { fstatat(directory.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+            guard (try? inodes.withDescriptor(directory, { fd in withCName(component) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) } })) == 0,
                   let next = inodes.node(InodeKey(info)) else { return }
             directory = next
         }
         var info = stat()
-        let node = withCName(name, { fstatat(directory.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 ? inodes.node(InodeKey(info)) : nil
+        let found = try? inodes.withDescriptor(directory) { fd in withCName(name) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) } }
+        let node = found == 0 ? inodes.node(InodeKey(info)) : nil
         _ = name.withUnsafeBufferPointer { bytes in
             bytes.withMemoryRebound(to: CChar.self) {
                 fuse_lowlevel_notify_inval_entry(session, inodes.ino(directory), $0.baseAddress, name.count)

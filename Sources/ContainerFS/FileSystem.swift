@@ -43,6 +43,8 @@ final class FileSystem: @unchecked Sendable {
     let protection = DataProtection()
     /// A root daemon creates files as root; they are handed to the caller afterwards.
     private let daemonIsRoot = geteuid() == 0
+    /// The space used against the container's capacity, if it has one (Capacity.swift).
+    let space = SpaceAccount()
 
     init(store: Store, audit: AuditLog, timeouts: CacheTimeouts) throws(Errno) {
         self.store = store
@@ -74,7 +76,7 @@ final class FileSystem: @unchecked Sendable {
     // MARK: Lookup and attributes
 
     func lookup(_ caller: Caller, parent: fuse_ino_t, name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
-        let directory = inodes.inode(parent)
+        let directory = try inodes.inode(parent)
         let childName = try bytes(of: name)
         let location = layout.child(childName, of: inodes.location(of: directory))
         // A hidden name is not there; a negative entry lets the kernel remember that.
@@ -90,15 +92,31 @@ final class FileSystem: @unchecked Sendable {
         inodes.forget(ino, count)
     }
 
+    /// An open file of `ino` was closed (or its open not delivered).
+    func closed(_ ino: fuse_ino_t) {
+        guard let node = try? inodes.inode(ino) else { return }
+        inodes.closed(node)
+    }
+
     func getattr(_ ino: fuse_ino_t) throws(Errno) -> stat {
         try attributes(inodes.inode(ino))
     }
 
     func setattr(_ caller: Caller, _ ino: fuse_ino_t, _ attr: stat, _ toSet: Int32, _ fh: Int32?) throws(Errno) -> stat {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         if toSet & FUSE_SET_ATTR_SIZE != 0 {
             try check(.changeContent(location), caller, "truncate", [(path(node), location)])
+        }
+        // With the writeback cache the kernel flushes the times it keeps itself (after an
+        // unlink of an Inbox file, say: the link count changed its ctime) as an mtime and
+        // ctime that change nothing. Nobody's change: nothing to police, nothing to apply.
+        if toSet != 0, toSet & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME) == 0 {
+            let current = try attributes(node)
+            if toSet & FUSE_SET_ATTR_MTIME == 0
+                || (attr.st_mtim.tv_sec == current.st_mtim.tv_sec && attr.st_mtim.tv_nsec == current.st_mtim.tv_nsec) {
+                return current
+            }
         }
         let metadata = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_ATIME
             | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME
@@ -108,32 +126,36 @@ final class FileSystem: @unchecked Sendable {
             try check(.changeMetadata(location), caller, name, [(path(node), location)])
         }
 
-        if toSet & FUSE_SET_ATTR_MODE != 0 {
-            // Linux has no mode on symlinks; fchmodat2 on the O_PATH descriptor changes
-            // the node itself and never follows it.
-            let mode = permittedMode(attr.st_mode, type: node.type)
-            if let fh { try sys { fchmod(fh, mode) } }
-            else { try sys { clinux_fchmod_path_fd(node.fd, mode) } }
-        }
-        if toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 {
-            let uid = toSet & FUSE_SET_ATTR_UID != 0 ? attr.st_uid : uid_t.max
-            let gid = toSet & FUSE_SET_ATTR_GID != 0 ? attr.st_gid : gid_t.max
-            try sys { fchownat(node.fd, "", uid, gid, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
-        }
-        if toSet & FUSE_SET_ATTR_SIZE != 0 {
-            guard node.type == S_IFREG else { throw Errno(EINVAL) }
-            if let fh { try sys { ftruncate(fh, attr.st_size) } }
-            else { try sys { clinux_node_truncate(node.fd, attr.st_size) } }
-        }
-        if toSet & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW) != 0 {
-            var times = [timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT), timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)]
-            if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { times[0].tv_nsec = clinux_UTIME_NOW }
-            else if toSet & FUSE_SET_ATTR_ATIME != 0 { times[0] = attr.st_atim }
-            if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { times[1].tv_nsec = clinux_UTIME_NOW }
-            else if toSet & FUSE_SET_ATTR_MTIME != 0 { times[1] = attr.st_mtim }
-            if let fh { try sys { futimens(fh, &times) } }
-            else { try sys { utimensat(node.fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
-            Tagging.timesSet(node, location, toSet, attr)
+        try inodes.withDescriptor(node) { fd throws(Errno) in
+            if toSet & FUSE_SET_ATTR_MODE != 0 {
+                // Linux has no mode on symlinks; fchmodat2 on the O_PATH descriptor changes
+                // the node itself and never follows it.
+                let mode = permittedMode(attr.st_mode, type: node.type)
+                if let fh { try sys { fchmod(fh, mode) } }
+                else { try sys { clinux_fchmod_path_fd(fd, mode) } }
+            }
+            if toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 {
+                let uid = toSet & FUSE_SET_ATTR_UID != 0 ? attr.st_uid : uid_t.max
+                let gid = toSet & FUSE_SET_ATTR_GID != 0 ? attr.st_gid : gid_t.max
+                try sys { fchownat(fd, "", uid, gid, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+            }
+            if toSet & FUSE_SET_ATTR_SIZE != 0 {
+                guard node.type == S_IFREG else { throw Errno(EINVAL) }
+                try withinCapacity(fh ?? fd, partial: false, growth: { Self.growth(truncatingTo: attr.st_size, $0, free: space.free) }) { (_, _) throws(Errno) in
+                    if let fh { try sys { ftruncate(fh, attr.st_size) } }
+                    else { try sys { clinux_node_truncate(fd, attr.st_size) } }
+                }
+            }
+            if toSet & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW) != 0 {
+                var times = [timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT), timespec(tv_sec: 0, tv_nsec: clinux_UTIME_OMIT)]
+                if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { times[0].tv_nsec = clinux_UTIME_NOW }
+                else if toSet & FUSE_SET_ATTR_ATIME != 0 { times[0] = attr.st_atim }
+                if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { times[1].tv_nsec = clinux_UTIME_NOW }
+                else if toSet & FUSE_SET_ATTR_MTIME != 0 { times[1] = attr.st_mtim }
+                if let fh { try sys { futimens(fh, &times) } }
+                else { try sys { utimensat(fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
+                Tagging.timesSet(node, location, toSet, attr)
+            }
         }
         // A truncate or chown by a caller without CAP_FSETID carries the kill flag, after
         // an operation the policy allowed.
@@ -157,7 +179,7 @@ final class FileSystem: @unchecked Sendable {
         guard mode != info.st_mode & 0o7777 else { return }
         guard caller.uid == 0 || caller.uid == info.st_uid || Self.mayWrite(caller, info) else { throw Errno(EPERM) }
         try check(.changeMetadata(location), caller, "chown", [(path(node), location)])
-        try sys { clinux_fchmod_path_fd(node.fd, mode) }
+        try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_fchmod_path_fd(fd, mode) } }
     }
 
     /// Whether the permission bits let `caller` write a file (root is handled apart).
@@ -186,11 +208,13 @@ final class FileSystem: @unchecked Sendable {
     /// kernel's: the change itself has happened; a daemon that may not chmod the file (an
     /// ordinary user's, on another user's file) leaves them.
     func dropSetIDBits(_ caller: Caller, _ ino: fuse_ino_t) {
-        let node = inodes.inode(ino)
-        var info = stat()
-        guard node.type == S_IFREG, fstatat(node.fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return }
-        let mode = Self.modeWithoutSetIDBits(info, for: caller)
-        if mode != info.st_mode & 0o7777 { _ = clinux_fchmod_path_fd(node.fd, mode) }
+        guard let node = try? inodes.inode(ino), node.type == S_IFREG else { return }
+        _ = try? inodes.withDescriptor(node) { fd in
+            var info = stat()
+            guard fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return }
+            let mode = Self.modeWithoutSetIDBits(info, for: caller)
+            if mode != info.st_mode & 0o7777 { _ = clinux_fchmod_path_fd(fd, mode) }
+        }
     }
 
     /// The permission bits of `mode` a node of `type` may get: without set-user-ID and
@@ -201,9 +225,9 @@ final class FileSystem: @unchecked Sendable {
     }
 
     func readlink(_ ino: fuse_ino_t) throws(Errno) -> [CChar] {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = try sys { readlinkat(node.fd, "", &buffer, buffer.count - 1) }
+        let count = try inodes.withDescriptor(node) { fd throws(Errno) in try sys { readlinkat(fd, "", &buffer, buffer.count - 1) } }
         buffer[count] = 0
         return buffer
     }
@@ -211,7 +235,7 @@ final class FileSystem: @unchecked Sendable {
     func statfs() throws(Errno) -> statvfs {
         var info = statvfs()
         try sys { fstatvfs(store.rootFD, &info) }
-        return info
+        return capacityStatistics(info)
     }
 
     // MARK: Making and removing names
@@ -222,47 +246,60 @@ final class FileSystem: @unchecked Sendable {
         // A container holds no device files, as an iOS app's cannot.
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
+        try checkSpaceForCreation()
         try useUmask(of: caller)
-        try sys { mknodat(directory.fd, name, type | permittedMode(mode, type: type), device) }
+        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mknodat(fd, name, type | permittedMode(mode, type: type), device) } }
         return try created(caller, directory, name, childName, location)
     }
 
     func mkdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t) throws(Errno) -> fuse_entry_param {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "mkdir", [(path(directory, childName), location)])
+        try checkSpaceForCreation()
         try useUmask(of: caller)
-        try sys { mkdirat(directory.fd, name, mode) }
-        return try created(caller, directory, name, childName, location)
+        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mkdirat(fd, name, mode) } }
+        let param = try created(caller, directory, name, childName, location)
+        countCreated(param.attr)
+        return param
     }
 
     func symlink(_ caller: Caller, _ target: UnsafePointer<CChar>, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "symlink", [(path(directory, childName), location)])
-        try sys { symlinkat(target, directory.fd, name) }
-        return try created(caller, directory, name, childName, location)
+        try checkSpaceForCreation()
+        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { symlinkat(target, fd, name) } }
+        let param = try created(caller, directory, name, childName, location)
+        countCreated(param.attr)
+        return param
     }
 
     func link(_ caller: Caller, _ ino: fuse_ino_t, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> fuse_entry_param {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let source = inodes.location(of: node)
         let (directory, childName, location) = try child(parent, name)
         try check(.link(from: source, to: location), caller, "link",
                   [(path(node), source), (path(directory, childName), location)])
         // Linking the /proc/self/fd magic link links the node itself, not a path to it.
-        try sys { clinux_node_link(node.fd, directory.fd, name) }
+        try inodes.withDescriptor(node) { fd throws(Errno) in
+            try inodes.withDescriptor(directory) { directoryFD throws(Errno) in try sys { clinux_node_link(fd, directoryFD, name) } }
+        }
         return try entry(directory, name, childName, location)
     }
 
     func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
-        try sys { unlinkat(directory.fd, name, 0) }
+        let removed = nodeBeforeRemoval(directory, name)
+        try remove(directory, name, childName, 0)
+        countRemoved(removed)
     }
 
     func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
-        try sys { unlinkat(directory.fd, name, AT_REMOVEDIR) }
+        let removed = nodeBeforeRemoval(directory, name)
+        try remove(directory, name, childName, AT_REMOVEDIR)
+        countRemoved(removed)
     }
 
     func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
@@ -273,15 +310,37 @@ final class FileSystem: @unchecked Sendable {
         let (to, toName, target) = try child(newParent, newName)
         try check(.rename(from: source, to: target, exchange: exchange), caller, "rename",
                   [(path(from, fromName), source), (path(to, toName), target)])
-        try sys { clinux_renameat2(from.fd, name, to.fd, newName, flags) }
+        // A node the rename replaces loses a name, as with unlink.
+        let replaced = exchange ? nil : removing(to, newName, toName)
+        let replacedBlocks = exchange ? nil : nodeBeforeRemoval(to, newName)
+        try inodes.withDescriptor(from) { fromFD throws(Errno) in
+            try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
+        }
+        if let replaced { inodes.removed(replaced) }
+        countRemoved(replacedBlocks)
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
+    }
+
+    /// Removes `name` from `directory`; a node that loses its last name closes its
+    /// descriptor when no open file needs it, so its blocks are freed as natively.
+    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) {
+        let node = removing(directory, name, childName)
+        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
+        if let node { inodes.removed(node) }
+    }
+
+    /// The known node at `name` in `directory`, about to lose that name.
+    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8]) -> Inode? {
+        var info = stat()
+        guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0 else { return nil }
+        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName)
     }
 
     /// Tells the table that whatever is now at `name` in `directory` moved there.
     private func track(movedTo directory: Inode, _ name: UnsafePointer<CChar>, _ nameBytes: [UInt8]) {
         var info = stat()
-        guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0,
+        guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0,
               let node = inodes.node(InodeKey(info)) else { return }
         inodes.moved(node, to: directory, name: nameBytes)
     }
@@ -290,23 +349,29 @@ final class FileSystem: @unchecked Sendable {
 
     /// Opens the node for the flags the program asked for; returns the store descriptor.
     func open(_ caller: Caller, _ ino: fuse_ino_t, _ flags: Int32) throws(Errno) -> (fd: Int32, directIO: Bool) {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         if Self.isMutation(flags) {
             try check(.changeContent(location), caller, "open", [(path(node), location)])
         }
-        return try Tagging.opened(reopen(node, flags), node, location)
+        let opened = try Tagging.opened(reopen(node, flags), node, location)
+        inodes.opened(node)
+        return opened
     }
 
     func create(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "create", [(path(directory, childName), location)])
+        try checkSpaceForCreation(exists: { nodeBeforeRemoval(directory, name) != nil })
         try useUmask(of: caller)
         let permitted = permittedMode(mode, type: S_IFREG)
-        let fd = try sys { openat(directory.fd, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
+        let fd = try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
+            try inodes.exhaustible { openat(directoryFD, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
+        }
         Tagging.created(fd, location)
         do {
             let entry = try created(caller, directory, name, childName, location)
+            inodes.opened(try inodes.inode(entry.ino))
             return (entry, fd, flags & clinux_O_DIRECT != 0)
         } catch {
             Glibc.close(fd)
@@ -318,21 +383,29 @@ final class FileSystem: @unchecked Sendable {
     /// name later with `linkat`. A creation in the folder's area, decided as any other
     /// (and linking it into the inbox or the bundle is denied as any link there).
     func tmpfile(_ caller: Caller, _ parent: fuse_ino_t, _ mode: mode_t, _ flags: Int32) throws(Errno) -> (fuse_entry_param, fd: Int32, directIO: Bool) {
-        let directory = inodes.inode(parent)
+        let directory = try inodes.inode(parent)
         // Any name that means nothing special gives the location of a new file there.
         let location = layout.child(Array("#tmpfile".utf8), of: inodes.location(of: directory))
         // The audit log names the folder: the file has no name (nor inode) yet.
         try check(.create(location), caller, "open", [(path(directory), location)])
+        try checkSpaceForCreation()
         try useUmask(of: caller)
         // Never O_EXCL in the store: whether the file may be linked is for the kernel to
         // decide on the mount's inode (it refuses linkat for O_EXCL there).
-        let fd = try sys { openat(directory.fd, ".", storeFlags(flags) | clinux_O_TMPFILE | O_CLOEXEC, permittedMode(mode, type: S_IFREG)) }
+        let fd = try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
+            try inodes.exhaustible { openat(directoryFD, ".", storeFlags(flags) | clinux_O_TMPFILE | O_CLOEXEC, permittedMode(mode, type: S_IFREG)) }
+        }
         Tagging.created(fd, location)
         do throws(Errno) {
             let pathFD = try sys { clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC) }
             var param = try entry(holding: pathFD, in: directory, named: nil, location)
-            inheritProtection(from: directory, to: inodes.inode(param.ino))
-            try handOver(caller, directory, inodes.inode(param.ino), &param)
+            let node = try inodes.inode(param.ino)
+            inheritProtection(from: directory, to: node)
+            // It has no name to be reopened by: its descriptor stays until its last open
+            // file closes.
+            inodes.unnamed(node)
+            inodes.opened(node)
+            try handOver(caller, directory, node, &param)
             return (param, fd, flags & clinux_O_DIRECT != 0)
         } catch {
             Glibc.close(fd)
@@ -351,84 +424,91 @@ final class FileSystem: @unchecked Sendable {
     /// CAP_SYS_ADMIN), or not a regular file. Writes need no check of their own either
     /// way: the policy was applied to the open's flags.
     func passthrough(_ ino: fuse_ino_t) -> Int32 {
-        guard cfuse_passthrough_active() else { return 0 }
-        let node = inodes.inode(ino)
-        guard node.type == S_IFREG else { return 0 }
-        return node.backingID.withLock { id in
+        guard cfuse_passthrough_active(), !space.isActive else { return 0 }
+        guard let node = try? inodes.inode(ino), node.type == S_IFREG else { return 0 }
+        return (try? inodes.withDescriptor(node) { nodeFD in node.backingID.withLock { id in
             guard id == 0 else { return id }
             // The kernel opens the store file again for each open file, with that file's
             // own flags: it needs the node, not an open mode. Recent kernels take the O_PATH
             // descriptor itself; older ones want an open file, registered read-only so the
             // node keeps no write access (which would make the store file busy for exec).
-            id = cfuse_backing_open(node.fd)
+            id = cfuse_backing_open(nodeFD)
             if id == -EBADF {
-                let fd = clinux_reopen(node.fd, O_RDONLY | O_CLOEXEC)
+                let fd = clinux_reopen(nodeFD, O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else { return 0 }
                 id = cfuse_backing_open(fd)
                 Glibc.close(fd)
             }
             id = max(id, 0)
             return id
-        }
+        } }) ?? 0
     }
 
     func fallocate(_ caller: Caller, _ ino: fuse_ino_t, _ fh: Int32, _ mode: Int32, _ offset: off_t, _ length: off_t) throws(Errno) {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         try check(.changeContent(location), caller, "fallocate", [(path(node), location)])
-        let result = clinux_fallocate(fh, mode, offset, length)
-        if result != 0 { throw Errno.current }
+        try withinCapacity(fh, partial: false, growth: { Self.growth(allocating: mode, offset, length, $0) }) { (_, _) throws(Errno) in
+            if clinux_fallocate(fh, mode, offset, length) != 0 { throw Errno.current }
+        }
     }
 
     func copyFileRange(_ caller: Caller, from input: fuse_ino_t, _ inputFD: Int32, _ inputOffset: off_t,
                        to output: fuse_ino_t, _ outputFD: Int32, _ outputOffset: off_t, _ length: Int, _ flags: UInt32) throws(Errno) -> Int {
-        let node = inodes.inode(output)
+        let node = try inodes.inode(output)
         let location = inodes.location(of: node)
         try check(.changeContent(location), caller, "copy_file_range", [(path(node), location)])
         var inOffset = inputOffset
         var outOffset = outputOffset
-        return try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length, flags) }
+        return try withinCapacity(outputFD, partial: true, growth: { Self.growth(writing: length, at: outputOffset, $0) }) { (fitting, wanted) throws(Errno) in
+            let cut = Int(clamping: max(0, wanted - fitting))
+            return try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length - cut, flags) }
+        }
     }
 
     // MARK: Extended attributes
 
     func setxattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ value: UnsafePointer<CChar>?, _ size: Int, _ flags: Int32) throws(Errno) {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         try check(.changeMetadata(location), caller, "setxattr", [(path(node), location)])
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : size))
-        try sys { clinux_node_setxattr(node.fd, name, value, size, flags) }
+        try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
     }
 
     func removexattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         try check(.changeMetadata(location), caller, "removexattr", [(path(node), location)])
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, nil)
-        try sys { clinux_node_removexattr(node.fd, name) }
+        try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_removexattr(fd, name) } }
     }
 
     /// Reads an attribute's value into `buffer` (or its size when `buffer` is empty).
     func getxattr(_ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         guard !node.isSymlink else { throw Errno(ENODATA) }
-        return try sys { clinux_node_getxattr(node.fd, name, buffer.baseAddress, buffer.count) }
+        return try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_getxattr(fd, name, buffer.baseAddress, buffer.count) } }
     }
 
     func listxattr(_ ino: fuse_ino_t, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         guard !node.isSymlink else { return 0 }
-        return try sys { clinux_node_listxattr(node.fd, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
+        return try inodes.withDescriptor(node) { fd throws(Errno) in
+            try sys { clinux_node_listxattr(fd, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
+        }
     }
 
     // MARK: Directories
 
     func opendir(_ ino: fuse_ino_t) throws(Errno) -> DirectoryHandle {
-        let node = inodes.inode(ino)
-        let fd = try sys { clinux_reopen(node.fd, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        let node = try inodes.inode(ino)
+        let fd = try inodes.withDescriptor(node) { nodeFD throws(Errno) in
+            try inodes.exhaustible { clinux_reopen(nodeFD, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        }
         guard let stream = fdopendir(fd) else {
             let error = Errno.current
             Glibc.close(fd)
@@ -514,12 +594,14 @@ final class FileSystem: @unchecked Sendable {
     }
 
     private func reopen(_ node: Inode, _ flags: Int32) throws(Errno) -> (fd: Int32, directIO: Bool) {
-        let fd = try sys { clinux_reopen(node.fd, storeFlags(flags) | O_CLOEXEC) }
+        let fd = try inodes.withDescriptor(node) { nodeFD throws(Errno) in
+            try inodes.exhaustible { clinux_reopen(nodeFD, storeFlags(flags) | O_CLOEXEC) }
+        }
         return (fd, flags & clinux_O_DIRECT != 0)
     }
 
     private func child(_ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> (Inode, [UInt8], Location) {
-        let directory = inodes.inode(parent)
+        let directory = try inodes.inode(parent)
         let childName = try bytes(of: name)
         return (directory, childName, layout.child(childName, of: inodes.location(of: directory)))
     }
@@ -534,13 +616,15 @@ final class FileSystem: @unchecked Sendable {
 
     private func attributes(_ node: Inode) throws(Errno) -> stat {
         var info = stat()
-        try sys { fstatat(node.fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+        try inodes.withDescriptor(node) { fd throws(Errno) in try sys { fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
         return info
     }
 
     /// Looks `name` up in `directory` and tells the kernel about it.
     private func entry(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
-        let fd = try sys { openat(directory.fd, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+        let fd = try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
+            try inodes.exhaustible { openat(directoryFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+        }
         return try entry(holding: fd, in: directory, named: childName, location)
     }
 
@@ -554,7 +638,7 @@ final class FileSystem: @unchecked Sendable {
             Glibc.close(fd)
             throw error
         }
-        let node = inodes.remember(fd: fd, info: info, parent: directory, name: name ?? Array("#\(info.st_ino)".utf8), location: location)
+        let node = inodes.remember(fd: fd, info: info, parent: directory, name: name ?? Array("#\(info.st_ino)".utf8))
         var param = fuse_entry_param()
         param.ino = inodes.ino(node)
         param.attr = info
@@ -574,8 +658,9 @@ final class FileSystem: @unchecked Sendable {
     /// another request could already have moved.
     private func created(_ caller: Caller, _ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
         var param = try entry(directory, name, childName, location)
-        inheritProtection(from: directory, to: inodes.inode(param.ino))
-        try handOver(caller, directory, inodes.inode(param.ino), &param)
+        let node = try inodes.inode(param.ino)
+        inheritProtection(from: directory, to: node)
+        try handOver(caller, directory, node, &param)
         return param
     }
 
@@ -584,13 +669,15 @@ final class FileSystem: @unchecked Sendable {
     private func handOver(_ caller: Caller, _ directory: Inode, _ node: Inode, _ param: inout fuse_entry_param) throws(Errno) {
         guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return }
         var parentInfo = stat()
-        try sys { fstatat(directory.fd, "", &parentInfo, clinux_AT_EMPTY_PATH) }
+        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { fstatat(fd, "", &parentInfo, clinux_AT_EMPTY_PATH) } }
         // In a set-group-ID directory the new node keeps the directory's group.
         let gid = parentInfo.st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
-        try sys { fchownat(node.fd, "", caller.uid, gid, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
-        // chown clears set-user/group-ID bits on files; put back what was asked for.
-        if param.attr.st_mode & (S_ISUID | S_ISGID) != 0, node.type == S_IFREG {
-            try sys { clinux_fchmod_path_fd(node.fd, param.attr.st_mode & 0o7777) }
+        try inodes.withDescriptor(node) { fd throws(Errno) in
+            try sys { fchownat(fd, "", caller.uid, gid, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+            // chown clears set-user/group-ID bits on files; put back what was asked for.
+            if param.attr.st_mode & (S_ISUID | S_ISGID) != 0, node.type == S_IFREG {
+                try sys { clinux_fchmod_path_fd(fd, param.attr.st_mode & 0o7777) }
+            }
         }
         param.attr = try attributes(node)
     }

@@ -97,7 +97,9 @@ extension FileSystem {
     func protectionClass(of node: Inode) -> ProtectionClass {
         guard node.type == S_IFREG || node.type == S_IFDIR else { return protection.defaultClass }
         var buffer = [UInt8](repeating: 0, count: 48)
-        let count = buffer.withUnsafeMutableBytes { clinux_node_getxattr(node.fd, ProtectionClass.attributeName, $0.baseAddress, $0.count) }
+        let count = (try? inodes.withDescriptor(node) { fd in
+            buffer.withUnsafeMutableBytes { clinux_node_getxattr(fd, ProtectionClass.attributeName, $0.baseAddress, $0.count) }
+        }) ?? -1
         guard count > 0 else { return protection.defaultClass }
         return ProtectionClass(value: buffer.prefix(count)) ?? protection.defaultClass
     }
@@ -115,7 +117,7 @@ extension FileSystem {
     /// Checks that the data of `ino` may be opened (or, by name, truncated) in the device's
     /// state; returns whether its handle must be guarded (`complete`).
     func admitOpen(_ caller: Caller, _ ino: fuse_ino_t, _ operation: StaticString) throws(Errno) -> Bool {
-        let node = inodes.inode(ino)
+        let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         guard node.type == S_IFREG, Self.isProtected(location) else { return false }
         let protectionClass = protectionClass(of: node)
@@ -126,7 +128,7 @@ extension FileSystem {
     /// Checks that a new file may be made in folder `parent` (it takes the folder's class);
     /// returns whether its handle must be guarded.
     func admitCreation(_ caller: Caller, in parent: fuse_ino_t, _ operation: StaticString) throws(Errno) -> Bool {
-        let directory = inodes.inode(parent)
+        let directory = try inodes.inode(parent)
         let location = inodes.location(of: directory)
         let protectionClass = protectionClass(of: directory)
         guard Self.isProtected(location) || location.area == .structure && location != .root else { return false }
@@ -136,9 +138,7 @@ extension FileSystem {
 
     /// Refuses a read, write or truncate through a guarded handle while its data is unavailable.
     func refuseGuarded(_ caller: Caller, _ ino: fuse_ino_t, _ operation: StaticString) -> Int32 {
-        let node = inodes.inode(ino)
-        let location = inodes.location(of: node)
-        record(caller, operation, node, location)
+        if let node = try? inodes.inode(ino) { record(caller, operation, node, inodes.location(of: node)) }
         return Denial.protectedDataUnavailable.errno
     }
 
@@ -165,9 +165,13 @@ extension FileSystem {
     func inheritProtection(from directory: Inode, to node: Inode) {
         guard node.type == S_IFREG || node.type == S_IFDIR else { return }
         var buffer = [UInt8](repeating: 0, count: 48)
-        let count = buffer.withUnsafeMutableBytes { clinux_node_getxattr(directory.fd, ProtectionClass.attributeName, $0.baseAddress, $0.count) }
+        let count = (try? inodes.withDescriptor(directory) { fd in
+            buffer.withUnsafeMutableBytes { clinux_node_getxattr(fd, ProtectionClass.attributeName, $0.baseAddress, $0.count) }
+        }) ?? -1
         guard count > 0, ProtectionClass(value: buffer.prefix(count)) != nil else { return }
-        _ = buffer.withUnsafeBytes { clinux_node_setxattr(node.fd, ProtectionClass.attributeName, $0.baseAddress, count, 0) }
+        _ = try? inodes.withDescriptor(node) { fd in
+            buffer.withUnsafeBytes { clinux_node_setxattr(fd, ProtectionClass.attributeName, $0.baseAddress, count, 0) }
+        }
     }
 
     private func admit(_ protectionClass: ProtectionClass, _ access: ProtectedAccess, _ caller: Caller,

@@ -114,6 +114,8 @@ public final class Session {
     public init(store: Store, mountpoint: String, options: MountOptions, audit: AuditLog) throws(UserError) {
         self.mountpoint = mountpoint
         self.options = options
+        // Before the node cache sizes itself by it.
+        Self.raiseDescriptorLimit()
         do {
             fileSystem = try FileSystem(store: store, audit: audit,
                                         timeouts: CacheTimeouts(entry: options.cacheTimeout, attributes: options.cacheTimeout))
@@ -123,6 +125,8 @@ public final class Session {
         fileSystem.writeback = options.writeback
         fileSystem.noSetID = options.noSetID
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
+        // With a capacity, the store is counted once here (a walk: see docs/capacity.md).
+        fileSystem.space.reload(store)
         if options.uring == .on { try Self.switchOnKernelUring() }
         Tagging.mounted(store)
 
@@ -160,6 +164,16 @@ public final class Session {
             fuse_session_destroy(session)
             throw UserError("cannot open the control socket in \(store.statePath): \(error)")
         }
+    }
+
+    /// Takes the whole descriptor allowance, as libfuse's passthrough_hp does: a login
+    /// shell's soft limit (often 1024) is no measure of a file system's open files.
+    public static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        setrlimit(resource, &limit)
     }
 
     static let kernelUringSwitch = "/sys/module/fuse/parameters/enable_uring"

@@ -72,7 +72,10 @@ public enum Purge {
     public static func purge(_ stores: [Store], _ options: Options) throws(UserError) -> Report {
         let duplicates = try checkOneDevice(stores)
         var report = Report()
-        let cutoff: Int64? = options.olderThan.map { realtimeNanoseconds() - Int64($0 * 1e9) }
+        // Saturated: a duration longer than time itself (or NaN) leaves no file old enough.
+        let cutoff: Int64? = options.olderThan.map {
+            $0.isNaN ? .min : realtimeNanoseconds().subtractingSaturated(Int64(saturatingNanosecondsOf: $0))
+        }
 
         // Every candidate, from each store's index or by walking it.
         struct Source {
@@ -138,13 +141,15 @@ public enum Purge {
                 }
             }
             report.deleted.append(Deleted(store: sources[s].store, tag: sources[s].tags[t]))
-            report.freedBytes += sources[s].tags[t].size
+            // Sizes come from the store or its index: two sparse files of 5 EiB exceed Int64.
+            report.freedBytes = report.freedBytes.addingSaturated(sources[s].tags[t].size)
         }
         if options.dryRun { return report }
 
         for (s, source) in sources.enumerated() {
             let store = stores[source.store]
-            let deleted = source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].containerPath }
+            var deleted = source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].containerPath }
+            deleted += removeEmptiedFolders(store, deleted)
             // A store mounted now (also one whose mount started while we were deleting)
             // must drop what its kernel cached about the deleted files.
             if !deleted.isEmpty, MountLock.holder(store) != nil {
@@ -277,7 +282,12 @@ public enum Quantity {
         return overflow ? nil : product
     }
 
-    /// `45` or `45s`, `10m`, `2h`, `3d`, `1w`, in seconds.
+    /// The longest duration `seconds` accepts: what nanoseconds since the epoch can count
+    /// (2^63 ns, about 292 years).
+    public static let maximumSeconds = 0x1p63 / 1e9
+
+    /// `45` or `45s`, `10m`, `2h`, `3d`, `1w`, in seconds; nil for anything else, and for
+    /// more than `maximumSeconds`.
     public static func seconds(_ text: String) -> Double? {
         var digits = Substring(text.lowercased())
         var multiplier = 1.0
@@ -286,6 +296,27 @@ public enum Quantity {
             digits = digits.dropLast()
         }
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }), let value = Double(digits) else { return nil }
-        return value * multiplier
+        let seconds = value * multiplier
+        return seconds.isFinite && seconds <= maximumSeconds ? seconds : nil
+    }
+}
+
+extension Purge {
+    /// Deletes the tagged files `tags` of a store that is not mounted (each checked to be
+    /// the regular file its tag names, as purge does), and drops them from a trusted
+    /// index. Returns how many files went and their bytes. `run --launches` calls it
+    /// between launches with the share of the caches it drew.
+    public static func remove(_ tags: [Tag], from store: Store) -> (files: Int, bytes: Int64) {
+        var walker = ParentWalker(rootFD: store.rootFD, capacity: 64)
+        defer { walker.close() }
+        var removed: [Tag] = []
+        for tag in tags {
+            if case .success = walker.unlink(tag) { removed.append(tag) }
+        }
+        if MountLock.holder(store) == nil, let index = TagIndex.load(store) {
+            let gone = Set(removed.map(\.inode))
+            TagIndex.write(store, index.filter { !gone.contains($0.inode) }, identity: TagIndex.mountIdentity(store))
+        }
+        return (removed.count, removed.reduce(0) { $0.addingReportingOverflow($1.size).overflow ? Int64.max : $0 + $1.size })
     }
 }

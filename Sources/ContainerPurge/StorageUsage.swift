@@ -19,6 +19,8 @@ public struct StorageUsage: Sendable {
         public var backedUp: Bool
         /// Deleted by purge or when the app stops.
         public var purgeable: Bool
+        /// The bundle of an offloaded app: removed, its data kept (`containerfs offload`).
+        public var offloaded = false
     }
 
     public var areas: [Area]
@@ -26,7 +28,8 @@ public struct StorageUsage: Sendable {
     /// file's own `user.containerfs.protection`, or the store's default class.
     public var bytesByClass: [ProtectionClass: Int64] = [:]
 
-    public var totalBytes: Int64 { areas.reduce(0) { $0 + $1.bytes } }
+    /// Held at `Int64.max`: sparse files can claim more than that between them.
+    public var totalBytes: Int64 { areas.saturatedSum(\.bytes) }
     public var totalFiles: Int { areas.reduce(0) { $0 + $1.files } }
 
     /// Walks the store (following no symlink). `Documents` excludes the Inbox and
@@ -47,14 +50,15 @@ public struct StorageUsage: Sendable {
         let defaultClass = store.defaultProtection
         for (name, path, folder, skipped, backedUp, purgeable) in lines {
             var area = Area(name: name, path: path, backedUp: backedUp, purgeable: purgeable)
+            area.offloaded = name == "bundle" && store.offloaded != nil
             let fd = withCName(folder.bytes) { openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             if fd >= 0 {
                 StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { relative, info in
-                    area.bytes += Int64(info.st_size)
+                    area.bytes = area.bytes.addingSaturated(Int64(info.st_size))
                     area.files += 1
                     if name != "bundle" {
                         let protection = protectionClass(store, relative) ?? defaultClass
-                        bytesByClass[protection, default: 0] += Int64(info.st_size)
+                        bytesByClass[protection] = (bytesByClass[protection] ?? 0).addingSaturated(Int64(info.st_size))
                     }
                 }
             }
@@ -71,5 +75,35 @@ public struct StorageUsage: Sendable {
         var buffer = [UInt8](repeating: 0, count: 48)
         let count = buffer.withUnsafeMutableBytes { clinux_node_getxattr(fd, ProtectionClass.attributeName, $0.baseAddress, $0.count) }
         return count > 0 ? ProtectionClass(value: buffer.prefix(count)) : nil
+    }
+}
+
+/// A container's space as the device an app sees (SPEC §10): its capacity, what it uses
+/// and what is free, and what is available for important usage — free plus the cache
+/// and tmp bytes the system could purge (iOS's `volumeAvailableCapacityForImportantUsage`).
+public struct DeviceSpace: Sendable {
+    /// The capacity in bytes; nil: none, the store's file system is the device.
+    public var capacity: Int64?
+    /// Bytes in blocks the container holds (the capacity's count).
+    public var used: Int64
+    /// Bytes free: capacity − used, or the store's file system's available bytes.
+    public var free: Int64
+    /// `free` plus the purgeable (cache and tmp) bytes.
+    public var availableForImportantUsage: Int64
+
+    /// Measures `store`, whose areas `usage` measured.
+    public static func measure(_ store: Store, _ usage: StorageUsage) -> DeviceSpace {
+        let capacity = Capacity.read(store)
+        let used = Capacity.usedBytes(rootFD: store.rootFD)
+        var free: Int64
+        if let capacity {
+            free = max(0, capacity - used)
+        } else {
+            var info = statvfs()
+            free = fstatvfs(store.rootFD, &info) == 0
+                ? Int64(clamping: info.f_bavail).multipliedSaturating(by: Int64(clamping: info.f_frsize)) : 0
+        }
+        let purgeable = usage.areas.filter(\.purgeable).reduce(Int64(0)) { $0.addingSaturating($1.bytes) }
+        return DeviceSpace(capacity: capacity, used: used, free: free, availableForImportantUsage: free.addingSaturating(purgeable))
     }
 }

@@ -54,9 +54,10 @@ public struct Tag: Sendable, Equatable {
     }
 
     /// The tag of the regular file described by `info`, last used at `recorded` or later.
+    /// Times past 2262 (which a program may set) count as the latest time there is.
     init(kind: TagKind, path: [UInt8], _ info: stat, recorded: Int64) {
-        let access = Int64(info.st_atim.tv_sec) * 1_000_000_000 + Int64(info.st_atim.tv_nsec)
-        let modification = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        let access = Int64(saturatingNanoseconds: info.st_atim)
+        let modification = Int64(saturatingNanoseconds: info.st_mtim)
         self.init(kind: kind, path: path, size: Int64(info.st_size), lastUse: max(recorded, access, modification), inode: UInt64(info.st_ino))
     }
 
@@ -101,28 +102,48 @@ enum StoreWalk {
     /// Calls `body` with the path (`relative` + `/` + names) and `stat` of every regular
     /// file below the directory open at `fd` (which it closes). `skippingAtTop` is a
     /// name ignored directly in that directory.
+    ///
+    /// Iterative, with one open folder per level on an explicit stack: a chain of folders
+    /// tens of thousands deep must not overflow the thread's stack. The path is one buffer
+    /// that grows and shrinks with the stack, so a deep chain costs memory in its depth,
+    /// not its square.
     static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
                              _ body: ([UInt8], stat) -> Void) {
-        guard let stream = fdopendir(fd) else {
+        guard let top = fdopendir(fd) else {
             close(fd)
             return
         }
-        defer { closedir(stream) }
-        let directoryFD = dirfd(stream)
-        while let entry = readdir(stream) {
+        // Each level: its stream, and the length of `path` that names it.
+        var stack: [(stream: OpaquePointer, pathLength: Int)] = [(top, relative.count)]
+        var path = relative
+        defer { stack.forEach { closedir($0.stream) } }
+        while let level = stack.last {
+            guard let entry = readdir(level.stream) else {
+                closedir(level.stream)
+                stack.removeLast()
+                continue
+            }
             let type = entry.pointee.d_type
             if type != DT_REG, type != DT_DIR, type != DT_UNKNOWN { continue }
             let name = Directory.entryName(entry)
-            if name == [0x2E] || name == [0x2E, 0x2E] || name == skipped { continue }
+            if name == [0x2E] || name == [0x2E, 0x2E] || (stack.count == 1 && name == skipped) { continue }
+            let directoryFD = dirfd(level.stream)
             var info = stat()
             guard withCName(name, { fstatat(directoryFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
-            let path = relative + [UInt8(ascii: "/")] + name
+            path.removeSubrange(level.pathLength...)
+            path.append(UInt8(ascii: "/"))
+            path.append(contentsOf: name)
             switch info.st_mode & S_IFMT {
             case S_IFREG:
                 body(path, info)
             case S_IFDIR:
                 let child = withCName(name) { openat(directoryFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                if child >= 0 { regularFiles(in: child, relative: path, body) }
+                guard child >= 0 else { continue }
+                guard let stream = fdopendir(child) else {
+                    close(child)
+                    continue
+                }
+                stack.append((stream, path.count))
             default:
                 continue
             }
@@ -237,7 +258,7 @@ public enum TagIndex {
         var tags: [Tag] = []
         tags.reserveCapacity(Int(count))
         for _ in 0..<count {
-            guard let lastUse = read(Int64.self), let size = read(Int64.self), let node = read(UInt64.self),
+            guard let lastUse = read(Int64.self), let size = read(Int64.self), size >= 0, let node = read(UInt64.self),
                   let kindByte = read(UInt8.self), let kind = TagKind(rawValue: kindByte),
                   let length = read(UInt32.self), offset + Int(length) <= raw.count else { return nil }
             let path = Array(raw[offset..<offset + Int(length)])

@@ -1,3 +1,4 @@
+import CLinux
 import ContainerStore
 import Glibc
 import Synchronization
@@ -16,6 +17,11 @@ import Synchronization
 /// `probes` slots; when they are all taken by other inodes the oldest is replaced, and the
 /// file it described falls back to its own times. What the table says only orders
 /// purge's victims: which files may be deleted never depends on it.
+///
+/// The file is the store's, so its owner may truncate it while it is mapped; an access
+/// past its new end would be a SIGBUS. The mapping is registered with
+/// `clinux_guard_mapping`, which turns such a page into a private zero-filled one: the
+/// access goes through, and what it records is not kept.
 public final class UseTable: @unchecked Sendable {
     static let fileName = Array(name: "uses")
     static let magic: UInt64 = 0x3153_4553_5553_4643  // "CFSUSES1"
@@ -32,7 +38,10 @@ public final class UseTable: @unchecked Sendable {
         words = (base + Self.headerBytes).bindMemory(to: Atomic<UInt64>.self, capacity: Self.slotCount * 2)
     }
 
-    deinit { munmap(base, Self.fileBytes) }
+    deinit {
+        clinux_unguard_mapping(base)
+        munmap(base, Self.fileBytes)
+    }
 
     /// The store's table for the daemon, made (or made anew, if damaged) as needed.
     public static func openForWriting(_ store: Store) -> UseTable? {
@@ -45,7 +54,8 @@ public final class UseTable: @unchecked Sendable {
     }
 
     private static func map(_ store: Store, writable: Bool) -> UseTable? {
-        let flags = (writable ? O_RDWR | O_CREAT : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC
+        // O_NONBLOCK: a table replaced by a FIFO must not block the open.
+        let flags = (writable ? O_RDWR | O_CREAT : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
         let fd = withCName(fileName) { openat(store.stateFD, $0, flags, 0o600) }
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -59,8 +69,14 @@ public final class UseTable: @unchecked Sendable {
             header = (magic, UInt64(slotCount))
             guard pwrite(fd, &header, 16, 0) == 16 else { return nil }
         }
-        let memory = mmap(nil, fileBytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0)
+        let protection = writable ? PROT_READ | PROT_WRITE : PROT_READ
+        let memory = mmap(nil, fileBytes, protection, MAP_SHARED, fd, 0)
         guard let memory, memory != MAP_FAILED else { return nil }
+        // Registered before the first access: the file may be truncated already.
+        guard clinux_guard_mapping(memory, fileBytes, protection) == 0 else {
+            munmap(memory, fileBytes)
+            return nil
+        }
         return UseTable(base: memory)
     }
 

@@ -125,11 +125,15 @@ extension MountDaemon {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
         process.arguments = arguments
+        // It needs no working folder, and the caller's may be one this user cannot enter
+        // (after `sudo -u` in root's home), where Process could not start it.
+        process.currentDirectoryURL = URL(fileURLWithPath: "/")
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
         do { try process.run() } catch {
-            throw UserError("fusermount3 is not installed: apt-get install fuse3")
+            if access("/bin/fusermount3", X_OK) != 0 { throw UserError("fusermount3 is not installed: apt-get install fuse3") }
+            throw UserError("cannot run /bin/fusermount3: \(error.localizedDescription)")
         }
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()

@@ -25,6 +25,8 @@ public struct Run {
     let addedEnvironment: [(name: String, value: String?)]
     /// Mount with the device locked since boot (`--locked`, SPEC §11).
     public var locked = false
+    /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
+    public var launches: Launches?
 
     /// A run of `command` in the container at `store`; `command` is not empty, and
     /// `noNetwork` and `bindReadOnly` need the confinement (the command line checks both).
@@ -53,6 +55,13 @@ public struct Run {
             throw UserError("store \(store) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; run mounts the container itself")
         }
         try MountDaemon.checkFUSE()
+        guard let launches else { return try launch(opened, sandbox: sandbox, relay: relay, lock: lock) }
+        return try launch(launches, opened, sandbox: sandbox, relay: relay, lock: lock)
+    }
+
+    /// One launch: mounts the container, runs the program, unmounts and purges `tmp/`;
+    /// returns the program's exit status.
+    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
         let mountpoint = try Self.makeMountpoint()
         lock.record(mountpoint: mountpoint)
         let since = AuditLog.now()

@@ -31,6 +31,8 @@ final class SignalRelay: @unchecked Sendable {
     /// ignored and is not caught, as a shell passes on `nohup` or a background job's SIGINT.
     let caught: [Int32]
     private let phase = Mutex(Phase.starting(first: nil))
+    /// The first signal caught at any moment, for `--launches`: no launch starts after one.
+    private let firstCaught = Mutex<Int32?>(nil)
 
     /// Installs the handlers and starts the forwarding thread.
     init() {
@@ -96,7 +98,16 @@ final class SignalRelay: @unchecked Sendable {
         phase.withLock { $0 = .finishing }
     }
 
+    /// Another launch of the program is about to start (`--launches`).
+    func rearm() {
+        phase.withLock { $0 = .starting(first: nil) }
+    }
+
+    /// The first signal caught since `run` started, whatever was running then.
+    var caughtAny: Int32? { firstCaught.withLock { $0 } }
+
     private func relay(_ signal: Int32, fromKernel: Bool) {
+        firstCaught.withLock { if $0 == nil { $0 = signal } }
         let target = phase.withLock { phase -> Target? in
             switch phase {
             case .starting(nil):

@@ -136,7 +136,7 @@ public final class AuditLog: @unchecked Sendable {
             if dropped > 0 {
                 lines.append("{\"dropped\":\(dropped)}\n")
             }
-            if !lines.isEmpty { append(lines.joined()) }
+            append(lines)
             if stopping {
                 finished.signal()
                 return
@@ -155,17 +155,40 @@ public final class AuditLog: @unchecked Sendable {
         return String(decoding: data, as: UTF8.self) + "\n"
     }
 
-    private func append(_ text: String) {
-        let bytes = Array(text.utf8)
+    /// Appends `lines`, rotating whenever the next line would take the file past
+    /// `maximumBytes`: a burst is spread over rotations, so no file exceeds the bound (a
+    /// single line longer than it aside).
+    private func append(_ lines: [String]) {
         var info = stat()
-        let size = withCName(Self.fileName) { fstatat(stateFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0 ? Int(info.st_size) : 0
-        if size > 0, size + bytes.count > maximumBytes {
-            _ = withCName(Self.fileName) { from in withCName(Self.previousFileName) { to in renameat(stateFD, from, stateFD, to) } }
+        let found = withCName(Self.fileName) { fstatat(stateFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+        // Held at the bound: the log's size is a store file's, and may be 2^63 − 1.
+        var size = found ? min(Int(info.st_size), maximumBytes) : 0
+        var chunk: [UInt8] = []
+        for line in lines {
+            let bytes = Array(line.utf8)
+            // Compared without adding: size + chunk.count never exceeds maximumBytes.
+            if size + chunk.count > 0, bytes.count > maximumBytes - size - chunk.count {
+                write(chunk)
+                chunk.removeAll(keepingCapacity: true)
+                _ = withCName(Self.fileName) { from in withCName(Self.previousFileName) { to in renameat(stateFD, from, stateFD, to) } }
+                size = 0
+            }
+            chunk += bytes
         }
-        let fd = withCName(Self.fileName) { openat(stateFD, $0, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        write(chunk)
+    }
+
+    /// Appends `bytes` to the current file.
+    private func write(_ bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        // O_NONBLOCK and a regular file only: a log replaced by a FIFO must not stall the
+        // writer, and with it the unmount that waits for it.
+        let fd = withCName(Self.fileName) { openat(stateFD, $0, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { return }
         defer { Glibc.close(fd) }
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return }
+        _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
 
     /// `2026-11-21T10:53:15.982Z`.

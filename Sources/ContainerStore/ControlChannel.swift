@@ -6,10 +6,15 @@ import Glibc
 /// (delivery into the Inbox, purge of a mounted container's caches).
 ///
 /// Protocol (`SOCK_SEQPACKET`): one message per path, relative to the container's root,
-/// as bytes; an empty message ends the batch; the daemon answers `ok` once the kernel
-/// has been told. Only the daemon's user (and root) can connect: the state folder is 0700.
+/// as bytes; an empty message ends the batch; the daemon answers `ok N` once the kernel
+/// has been told, N being the requests it has served through io_uring so far (0 without
+/// rings; an empty batch only asks for it). A message that starts with a zero byte is a
+/// command instead of a path: `capacityCommand` makes the daemon read the store's capacity
+/// again. Only the daemon's user (and root) can connect: the state folder is 0700.
 public enum ControlChannel {
     public static let socketName = Array(name: "control.sock")
+    /// The message that makes the daemon read `.containerfs/capacity` again.
+    public static let capacityCommand: [UInt8] = [0] + Array("capacity".utf8)
 
     /// The socket's address, reached through the state folder's descriptor: a store's own
     /// path may be longer than the 108 bytes a socket address holds.
@@ -27,7 +32,26 @@ public enum ControlChannel {
     /// Returns false when no daemon is running (then nothing is cached to forget).
     @discardableResult
     public static func invalidate(_ store: Store, _ paths: [ContainerPath]) throws(UserError) -> Bool {
-        guard MountLock.holder(store) != nil else { return false }
+        try exchange(store, paths.map(\.bytes)) != nil
+    }
+
+    /// How many requests the daemon serving `store` has served through io_uring so far
+    /// (0 when it serves none from rings); nil when no daemon is running.
+    public static func requestsServedThroughRings(_ store: Store) throws(UserError) -> UInt64? {
+        try exchange(store, [])
+    }
+
+    /// Tells the daemon serving `store`, if any, that its capacity changed (SPEC §10): it
+    /// takes effect at the next write. Returns false when no daemon is running.
+    @discardableResult
+    public static func capacityChanged(_ store: Store) throws(UserError) -> Bool {
+        try exchange(store, [capacityCommand]) != nil
+    }
+
+    /// Sends `messages` and the end of the batch; returns the count the daemon answers
+    /// with, or nil when no daemon is running.
+    private static func exchange(_ store: Store, _ messages: [[UInt8]]) throws(UserError) -> UInt64? {
+        guard MountLock.holder(store) != nil else { return nil }
         let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
         defer { close(fd) }
@@ -38,16 +62,16 @@ public enum ControlChannel {
         guard connected == 0 else {
             throw UserError("the container \(store.path) is mounted but its daemon does not answer (\(Errno.current)): unmount and mount it again to see the change")
         }
-        for path in paths + [ContainerPath.root] {
-            let bytes = path.bytes
+        for bytes in messages + [ContainerPath.root.bytes] {
             let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
         }
-        var reply = [UInt8](repeating: 0, count: 16)
+        var reply = [UInt8](repeating: 0, count: 32)
         let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        guard count == 2, reply.prefix(2).elementsEqual("ok".utf8) else {
+        guard count > 3, reply.prefix(3).elementsEqual("ok ".utf8),
+              let served = UInt64(String(decoding: reply[3..<count], as: UTF8.self)) else {
             throw UserError("the daemon of \(store.path) did not confirm the change")
         }
-        return true
+        return served
     }
 }

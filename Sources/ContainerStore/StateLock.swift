@@ -32,7 +32,8 @@ final class StateLock {
 
     /// Whether some process holds the lock on `name` now.
     static func isHeld(_ store: Store, _ name: [UInt8]) -> Bool {
-        let fd = withCName(name) { openat(store.stateFD, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        // O_NONBLOCK: a lock file replaced by a FIFO must not block the open.
+        let fd = withCName(name) { openat(store.stateFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         guard fd >= 0 else { return false }
         defer { close(fd) }
         guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return true }

@@ -15,12 +15,15 @@ public final class Store: Sendable {
     public let stateFD: Int32
     /// The container's layout, with its bundle's name.
     public let layout: ContainerLayout
+    /// What is kept of the app when it is offloaded (`containerfs offload`); nil when installed.
+    public let offloaded: OffloadRecord?
 
-    private init(path: String, rootFD: Int32, stateFD: Int32, layout: ContainerLayout) {
+    private init(path: String, rootFD: Int32, stateFD: Int32, layout: ContainerLayout, offloaded: OffloadRecord?) {
         self.path = path
         self.rootFD = rootFD
         self.stateFD = stateFD
         self.layout = layout
+        self.offloaded = offloaded
     }
 
     deinit {
@@ -65,8 +68,16 @@ public final class Store: Sendable {
             let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
             do {
                 guard try readFile(at: stateFD, formatName) == formatContents else { throw Errno(EINVAL) }
+                // An update or offload a crash cut short is finished first (SPEC §12).
+                do {
+                    try BundleSwitch.recover(rootFD: rootFD, stateFD: stateFD)
+                } catch {
+                    throw UserError("cannot finish the interrupted update of \(path): \(error); open it again as its owner")
+                }
                 let bundleName = try readFile(at: stateFD, bundleNameFile)
-                let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName))
+                let offloaded = try OffloadRecord.read(stateFD: stateFD, bundleName: bundleName)
+                let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName),
+                                  offloaded: offloaded)
                 try store.checkStructure()
                 return store
             } catch let error as UserError {
@@ -87,7 +98,8 @@ public final class Store: Sendable {
 
     /// Fails unless the bundle and every standard directory are real directories.
     private func checkStructure() throws(UserError) {
-        let required = [ContainerPath(components: [layout.bundleName])] + StandardDirectory.allCases.map(\.path)
+        let bundle = offloaded == nil ? [ContainerPath(components: [layout.bundleName])] : []
+        let required = bundle + StandardDirectory.allCases.map(\.path)
         for directory in required {
             var info = stat()
             let found = withCName(directory.bytes) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
@@ -108,12 +120,21 @@ public func openDirectory(at parent: Int32, _ name: [UInt8]) throws(Errno) -> In
     }
 }
 
-/// Reads the small regular file `name` inside `parent` whole.
+/// Reads the small regular file `name` inside `parent` whole; anything but a regular
+/// file is `EINVAL`.
+///
+/// Opened with `O_NONBLOCK`: a state file replaced by a FIFO (or a device) must not block
+/// the daemon or the command in `open` or `read`. The flag changes nothing for a regular
+/// file.
 public func readFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> [UInt8] {
     let fd = try withCName(name) { (cname) throws(Errno) in
-        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
     }
     defer { close(fd) }
+    var info = stat()
+    try sys { fstat(fd, &info) }
+    // (The /proc files MountTable and AuditLog read are regular files too.)
+    guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
     var contents: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 65536)
     while true {

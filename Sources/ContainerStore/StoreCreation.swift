@@ -60,7 +60,7 @@ extension Store {
     public typealias Seal = (_ rootFD: Int32, _ stateFD: Int32, _ bundleName: [UInt8]) throws -> Void
 
     /// Checks the bundle path and returns the bundle's name.
-    private static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
+    public static func checkBundle(_ bundlePath: String) throws(UserError) -> [UInt8] {
         var info = stat()
         guard lstat(bundlePath, &info) == 0 else {
             throw UserError.usage("no bundle at \(bundlePath): name an existing NAME.app folder with --bundle")
@@ -137,15 +137,30 @@ extension Store {
 }
 
 /// Removes `name` inside `parent` and all below it, following no symlink; best effort.
+///
+/// Iterative, with one open folder per level on an explicit stack: a chain of folders
+/// tens of thousands deep must not overflow the thread's stack.
 public func removeTree(at parent: Int32, _ name: [UInt8]) {
-    let removed = withCName(name) { unlinkat(parent, $0, 0) } == 0
-    if removed { return }
-    guard let fd = try? withCName(name, { (cname) throws(Errno) in
-        try sys { openat(parent, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-    }) else { return }
-    for entry in (try? Directory.entries(of: fd)) ?? [] {
-        removeTree(at: fd, entry.name)
+    func openFolder(at parent: Int32, _ name: [UInt8]) -> Int32? {
+        try? withCName(name) { (cname) throws(Errno) in
+            try sys { openat(parent, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        }
     }
-    close(fd)
-    _ = withCName(name) { unlinkat(parent, $0, AT_REMOVEDIR) }
+    if withCName(name, { unlinkat(parent, $0, 0) }) == 0 { return }
+    guard let top = openFolder(at: parent, name) else { return }
+    // Each level: the folder, its name in the level above, what it held when opened.
+    var stack: [(fd: Int32, name: [UInt8], entries: [[UInt8]])] = [(top, name, [])]
+    stack[0].entries = ((try? Directory.entries(of: top)) ?? []).map(\.name)
+    while let level = stack.last {
+        if let entry = level.entries.last {
+            stack[stack.count - 1].entries.removeLast()
+            if withCName(entry, { unlinkat(level.fd, $0, 0) }) == 0 { continue }
+            guard let child = openFolder(at: level.fd, entry) else { continue }
+            stack.append((child, entry, ((try? Directory.entries(of: child)) ?? []).map(\.name)))
+        } else {
+            stack.removeLast()
+            close(level.fd)
+            _ = withCName(level.name) { unlinkat(stack.last?.fd ?? parent, $0, AT_REMOVEDIR) }
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ContainerBackup
+import ContainerObjectStore
 import ContainerPolicy
 import ContainerSigning
 import ContainerStore
@@ -16,13 +17,17 @@ struct BackupCommand: ParsableCommand {
             entry a manifest with the SHA-256 of every file and the bundle's identity. Works \
             whether or not the container is mounted; each file is read consistently even while \
             an app writes it. The archive appears only once complete, mode 0600 (it holds files \
-            others may not read), built under an unpredictable hidden name. See docs/backup.md.
+            others may not read), built under an unpredictable hidden name. ARCHIVE may be \
+            s3://BUCKET/KEY: the archive is streamed to an S3-compatible store as a multipart \
+            upload, configured as the AWS tools are (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+            AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE, AWS_CA_BUNDLE); an \
+            interrupted upload leaves nothing at KEY. See docs/backup.md.
             """)
 
     @Argument(help: "The container's store.")
     var store: String
 
-    @Argument(help: "The archive file to write (not needed with --list).")
+    @Argument(help: "The archive file to write, or s3://BUCKET/KEY (not needed with --list).")
     var archive: String?
 
     @Flag(help: "Print what would be backed up, with sizes and the total, and write nothing.")
@@ -46,7 +51,12 @@ struct BackupCommand: ParsableCommand {
             let bar = ProgressBar("backup")
             let summary: ContainerBackup.BackupSummary
             do {
-                summary = try Backup.write(opened, set: set, to: archive!) { bar.update($0, $1) }
+                if ObjectURL.isObjectURL(archive!) {
+                    let url = try ObjectURL(parsing: archive!, requireKey: true)
+                    summary = try ObjectStoreBackup.upload(opened, set: set, to: url, config: try ObjectStoreConfig.load()) { bar.update($0, $1) }
+                } else {
+                    summary = try Backup.write(opened, set: set, to: archive!) { bar.update($0, $1) }
+                }
                 bar.finish()
             } catch {
                 bar.finish()
@@ -123,10 +133,11 @@ struct RestoreCommand: ParsableCommand {
             empty Library/Caches and tmp, a fresh install of the bundle — and renames it into \
             place when complete. STORE must not exist, or be an empty folder. Restored files belong \
             to whoever runs restore and keep no set-user-ID, set-group-ID or sticky bit; no folder \
-            is writable by others. See docs/backup.md.
+            is writable by others. ARCHIVE may be s3://BUCKET/KEY: the object is downloaded into a \
+            private temporary file next to STORE first (configured as for backup). See docs/backup.md.
             """)
 
-    @Argument(help: "The backup archive.")
+    @Argument(help: "The backup archive, or s3://BUCKET/KEY.")
     var archive: String
 
     @Argument(help: "The folder to make the container in.")
@@ -150,12 +161,26 @@ struct RestoreCommand: ParsableCommand {
             let summary: RestoreSummary
             do {
                 var phase = RestorePhase.verifying
-                summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey) { current, done, total in
+                let update = { (current: RestorePhase, done: Int64, total: Int64) in
                     if current != phase {
                         phase = current
                         bar.restart("restore")
                     }
                     bar.update(done, total)
+                }
+                if ObjectURL.isObjectURL(archive) {
+                    let url = try ObjectURL(parsing: archive, requireKey: true)
+                    let download = ProgressBar("fetch  ")
+                    summary = try ObjectStoreBackup.restore(
+                        from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle, installerKey: installerKey,
+                        downloadProgress: { download.update($0, $1) },
+                        progress: { current, done, total in
+                            download.finish()
+                            update(current, done, total)
+                        })
+                    download.finish()
+                } else {
+                    summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey, progress: update)
                 }
                 bar.finish()
             } catch {
@@ -214,7 +239,7 @@ struct IncludeCommand: ParsableCommand {
 }
 
 /// Prints a JSON object on one line, keys sorted.
-private func printJSON(_ object: [String: Any]) {
+func printJSON(_ object: [String: Any]) {
     let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
     FileHandleOutput.standardOutput.write(String(decoding: data, as: UTF8.self) + "\n")
 }

@@ -11,7 +11,8 @@ struct ContainerFSCommand: ParsableCommand {
         discussion: """
             Exit status: 0 success, 1 failure, 64 misuse of the command line.
             """,
-        subcommands: [Create.self, Mount.self, Unmount.self, RunCommand.self, Deliver.self, Verify.self, Audit.self, PurgeCommand.self, UsageCommand.self, BackupCommand.self, RestoreCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self]
+        version: containerfsVersion,
+        subcommands: [Create.self, Update.self, Offload.self, Mount.self, Unmount.self, RunCommand.self, Deliver.self, Verify.self, Audit.self, PurgeCommand.self, UsageCommand.self, CapacityCommand.self, BackupCommand.self, RestoreCommand.self, BackupsCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self]
     )
 
     /// ArgumentParser's `main`, except that a command line it cannot parse gets the one

@@ -24,8 +24,12 @@ struct Create: ParsableCommand {
     @Option(help: ArgumentHelp("The class of files and folders without their own (default \(ProtectionClass.containerDefault.rawValue)): \(protectionClassNames).", valueName: "CLASS"))
     var protection: ProtectionClass?
 
+    @Option(help: ArgumentHelp("Give the container a capacity, a simulated device size (see 'containerfs capacity').", valueName: "SIZE"))
+    var capacity: String?
+
     func run() throws {
         try reportingErrors {
+            let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             // The key first: a key that cannot be had leaves no container behind.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
@@ -35,6 +39,7 @@ struct Create: ParsableCommand {
                 if let protection { try Store.writeDefaultProtection(protection, stateFD: stateFD) }
                 try sign?(rootFD, stateFD, bundleName)
             })
+            if let bytes = choice?.bytes { try Capacity.write(created, bytes) }
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint)\n")
         }
     }

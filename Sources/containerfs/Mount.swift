@@ -39,6 +39,9 @@ struct Mount: ParsableCommand {
     @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
     var key: String?
 
+    @Option(name: .customLong("low-storage"), help: ArgumentHelp("Before mounting, if less than this is free (a size, or a percentage of the capacity), empty tmp and purge caches least recently used first until it is, printing what went.", valueName: "SIZE|PERCENT"))
+    var lowStorage: String?
+
     @Option(help: .hidden)
     var readyFD: Int32?
 
@@ -52,6 +55,7 @@ struct Mount: ParsableCommand {
             if let holder = MountLock.holder(opened) {
                 throw UserError("store \(store) is already mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount'")
             }
+            if let lowStorage { try purgeForLowStorage(opened, lowStorage, option: "--low-storage") }
             if foreground {
                 try serve(opened, parsed)
             } else {

@@ -33,7 +33,7 @@ final class ProgressBar {
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
         let left = rate > 0 && done < total ? formatDuration(Double(total - done) / rate) : "0:00"
-        let line = "\(label) [\(bar)] \(formatBytes(done)) / \(formatBytes(total))  \(formatBytes(Int64(rate)))/s  \(left) left"
+        let line = "\(label) [\(bar)] \(formatBytes(done)) / \(formatBytes(total))  \(formatBytes(rate < 0x1p63 ? Int64(rate) : .max))/s  \(left) left"
         FileHandleOutput.standardError.write("\r\u{1B}[K" + line)
         drawn = true
     }
@@ -62,7 +62,8 @@ func formatBytes(_ bytes: Int64) -> String {
 
 /// Seconds as `M:SS` (or `H:MM:SS`).
 func formatDuration(_ seconds: Double) -> String {
-    let total = Int(seconds.rounded(.up))
+    // A stalled transfer of a huge (sparse) archive estimates more seconds than Int holds.
+    let total = seconds.isFinite ? Int(min(max(seconds.rounded(.up), 0), 1e9)) : 0
     let (hours, minutes, secs) = (total / 3600, total / 60 % 60, total % 60)
     let twoDigits = { (value: Int) in value < 10 ? "0\(value)" : "\(value)" }
     return hours > 0 ? "\(hours):\(twoDigits(minutes)):\(twoDigits(secs))" : "\(minutes):\(twoDigits(secs))"

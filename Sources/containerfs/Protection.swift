@@ -81,10 +81,13 @@ struct Status: ParsableCommand {
         try reportingErrors {
             let opened = try Store.open(store)
             let status = try DeviceControl.send(.status, to: opened)
+            // The capacity, when the container has one (SPEC §10): the device it simulates.
+            let capacity = Capacity.read(opened)
             if json {
                 FileHandleOutput.standardOutput.write("{\"store\":\(jsonString(opened.path)),\"state\":\(jsonString(status.state.rawValue)),"
                     + "\"mountpoint\":\(jsonString(status.mountpoint)),\"pid\":\(status.daemonPID),"
-                    + "\"defaultProtection\":\(jsonString(opened.defaultProtection.rawValue))}\n")
+                    + "\"defaultProtection\":\(jsonString(opened.defaultProtection.rawValue)),"
+                    + "\"capacity\":\(capacity.map(String.init) ?? "null")}\n")
             } else {
                 FileHandleOutput.standardOutput.write("""
                     state: \(status.state.text)
@@ -92,7 +95,7 @@ struct Status: ParsableCommand {
                     daemon pid: \(status.daemonPID)
                     default protection: \(opened.defaultProtection.rawValue)
 
-                    """)
+                    """ + (capacity.map { "capacity: \(humanBytes($0))\n" } ?? ""))
             }
         }
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerFS
 import ContainerPolicy
 import ContainerPurge
 import ContainerStore
@@ -14,7 +15,7 @@ struct PurgeCommand: ParsableCommand {
             device), oldest last use first, until --free SIZE bytes are freed (default: --all).
             Mounted containers are skipped, as iOS purges apps that are not running, unless
             --include-running: then their mounts show the files gone at once.
-            SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w.
+            SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w (at most 292 years).
             Examples: 'containerfs purge ~/A ~/B --caches --free 500M';
             'containerfs purge ~/A --tmp --older-than 3d' (the periodic sweep of tmp).
             """)
@@ -37,6 +38,9 @@ struct PurgeCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Only files last used at least this long ago.", valueName: "DURATION"))
     var olderThan: String?
 
+    @Option(name: .customLong("until-free"), help: ArgumentHelp("Per store not running: delete (tmp first, then caches least recently used first) only until this much is free (see 'containerfs capacity').", valueName: "SIZE|PERCENT"))
+    var untilFree: String?
+
     @Flag(help: "Purge mounted containers too.")
     var includeRunning = false
 
@@ -49,9 +53,14 @@ struct PurgeCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let options = try parseOptions()
-            raiseDescriptorLimit()
+            // Purge keeps many folders open at once: take the whole descriptor allowance.
+            Session.raiseDescriptorLimit()
             var opened: [Store] = []
             for path in stores { opened.append(try Store.open(path)) }
+            if let untilFree {
+                for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
+                return
+            }
             let report = try Purge.purge(opened, options)
             var output = BufferedOutput()
             if json {
@@ -74,6 +83,9 @@ struct PurgeCommand: ParsableCommand {
         if stores.isEmpty { throw UserError.usage("name at least one container store to purge") }
         guard caches || tmp else { throw UserError.usage("say what to purge: --caches (Library/Caches), --tmp (tmp) or both") }
         if all, free != nil { throw UserError.usage("--all and --free exclude each other: --all deletes everything that qualifies") }
+        if untilFree != nil, all || free != nil || olderThan != nil || dryRun || json || includeRunning {
+            throw UserError.usage("--until-free goes alone: it deletes only until that much is free, in stores not running")
+        }
         var options = Purge.Options(kinds: (caches ? [TagKind.cache] : []) + (tmp ? [.temporary] : []))
         if let free {
             guard let bytes = Quantity.bytes(free) else {
@@ -83,7 +95,7 @@ struct PurgeCommand: ParsableCommand {
         }
         if let olderThan {
             guard let seconds = Quantity.seconds(olderThan) else {
-                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d")
+                throw UserError.usage("bad duration '\(olderThan)' for --older-than: write a number with s, m, h, d or w, as 3d, of at most 292 years")
             }
             options.olderThan = seconds
         }
@@ -119,15 +131,6 @@ struct PurgeCommand: ParsableCommand {
         output.write(report.failures.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"path\":\(jsonString(ContainerPath.printable($0.path))),\"error\":\(jsonString($0.error.description))}" }.joined(separator: ","))
         output.write("]}\n")
     }
-}
-
-/// Purge keeps many folders open at once: take the whole descriptor allowance.
-private func raiseDescriptorLimit() {
-    var limit = rlimit()
-    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-    guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-    limit.rlim_cur = limit.rlim_max
-    setrlimit(resource, &limit)
 }
 
 /// A path as `ContainerPath.printable` shows it, without its per-character work for the

@@ -23,6 +23,13 @@ struct RunCommand: ParsableCommand {
             and the container is unmounted, also when the program crashes or is killed. One
             program runs in a container at a time. See docs/run.md.
 
+            --launches N runs the program N times, as N launches of the app, each in a mount
+            of its own; between launches tmp/ is emptied and the caches are purged as
+            --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn
+            from --seed, sometimes all), one line each on stderr. The seed is printed first;
+            the exit status is the first failing launch's, named with the seed to replay it.
+            See docs/lifecycle.md.
+
             Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
             bubblewrap, with a line saying why) could not start it; 64 for a misuse.
             """)
@@ -44,11 +51,23 @@ struct RunCommand: ParsableCommand {
                                valueName: "NAME[=VALUE]"))
     var environmentItems: [String] = []
 
+    @Option(name: .customLong("low-storage"), help: ArgumentHelp("Before the program starts, if less than this is free (a size, or a percentage of the capacity), empty tmp and purge caches least recently used first until it is, printing what went.", valueName: "SIZE|PERCENT"))
+    var lowStorage: String?
+
     @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
     var key: String?
 
     @Flag(help: "Start with the device locked since boot: only data of class none is available until 'containerfs unlock STORE' (docs/protection.md).")
     var locked = false
+
+    @Option(help: ArgumentHelp("Run the program N times, as N launches of the app.", valueName: "N"))
+    var launches: Int?
+
+    @Option(help: ArgumentHelp("The seed of --purge-between random (default: drawn, and printed).", valueName: "S"))
+    var seed: UInt64?
+
+    @Option(help: ArgumentHelp("What to purge between launches besides tmp/: none, tmp, caches or random (default: tmp).", valueName: "WHAT"))
+    var purgeBetween: String?
 
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
     var command: [String] = []
@@ -59,6 +78,13 @@ struct RunCommand: ParsableCommand {
         if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
         for item in environmentItems where item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0].isEmpty {
             throw ValidationError("--env \(item) names no variable: write --env NAME or --env NAME=VALUE")
+        }
+        if let launches, launches < 1 { throw ValidationError("--launches must be at least 1, not \(launches)") }
+        if launches == nil, seed != nil || purgeBetween != nil {
+            throw ValidationError("--seed and --purge-between go with --launches N")
+        }
+        if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
+            throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
         }
     }
 
@@ -73,9 +99,14 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         var status: Int32 = 0
         try reportingErrors {
+            if let lowStorage { try purgeForLowStorage(try Store.open(store), lowStorage, option: "--low-storage") }
             var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
                           command: command, addedEnvironment: addedEnvironment)
             run.locked = locked
+            if let launches {
+                run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
+                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)
+            }
             status = try run.runInContainer()
         }
         if status != 0 { throw ExitCode(status) }

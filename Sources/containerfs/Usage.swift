@@ -11,8 +11,13 @@ struct UsageCommand: ParsableCommand {
         discussion: """
             Per area — the bundle, Documents (without the Inbox), the Inbox, Library (without
             Caches), Library/Caches and tmp — the bytes and number of regular files, as a phone's
-            storage view shows them, with a bar per area on a terminal. --json also gives the
-            bytes of the data (all but the bundle) per protection class (bytesByProtection).
+            storage view shows them, with a bar per area on a terminal. The bundle of an
+            offloaded app (`containerfs offload`) is marked offloaded. Then the device as the app
+            sees it: its capacity (see 'containerfs capacity'; none: the store's file system), the
+            bytes used (in blocks, as the capacity counts them), free, and available for important
+            usage (free plus the purgeable cache and tmp bytes, as iOS reports it). --json also
+            gives the bytes of the data (all but the bundle) per protection class
+            (bytesByProtection).
             """)
 
     @Argument(help: "Container stores.")
@@ -30,12 +35,14 @@ struct UsageCommand: ParsableCommand {
             if json { output.write("[") }
             for (number, store) in opened.enumerated() {
                 let usage = StorageUsage.measure(store)
+                let device = DeviceSpace.measure(store, usage)
                 if json {
                     if number > 0 { output.write(",") }
-                    printJSON(store, usage, &output)
+                    printJSON(store, usage, device, &output)
                 } else {
                     if number > 0 { output.write("\n") }
                     printTable(store, usage, bars: isatty(1) == 1, &output)
+                    printDevice(device, &output)
                 }
             }
             if json { output.write("]\n") }
@@ -47,7 +54,7 @@ struct UsageCommand: ParsableCommand {
         output.write("\(store.path)\n")
         let largest = max(1, usage.areas.map(\.bytes).max() ?? 1)
         for area in usage.areas {
-            let mark = area.backedUp ? "backed up" : area.purgeable ? "purgeable" : "reinstalled"
+            let mark = area.offloaded ? "offloaded" : area.backedUp ? "backed up" : area.purgeable ? "purgeable" : "reinstalled"
             var line = "  " + pad(area.name, 10) + pad(humanBytes(area.bytes), 10, right: true)
                 + pad("\(area.files) file\(area.files == 1 ? "" : "s")", 14, right: true) + "  " + pad(mark, 11)
             if bars {
@@ -61,12 +68,20 @@ struct UsageCommand: ParsableCommand {
             + pad("\(usage.totalFiles) file\(usage.totalFiles == 1 ? "" : "s")", 14, right: true) + "\n")
     }
 
-    private func printJSON(_ store: Store, _ usage: StorageUsage, _ output: inout BufferedOutput) {
+    private func printDevice(_ device: DeviceSpace, _ output: inout BufferedOutput) {
+        output.write("  capacity  " + (device.capacity.map(humanBytes) ?? "none") + "\n")
+        output.write("  used      \(humanBytes(device.used))\n")
+        output.write("  free      \(humanBytes(device.free))\n")
+        output.write("  available for important usage \(humanBytes(device.availableForImportantUsage))\n")
+    }
+
+    private func printJSON(_ store: Store, _ usage: StorageUsage, _ device: DeviceSpace, _ output: inout BufferedOutput) {
         let areas = usage.areas.map {
-            "{\"area\":\(jsonString($0.name)),\"path\":\(jsonString($0.path)),\"bytes\":\($0.bytes),\"files\":\($0.files),\"backedUp\":\($0.backedUp),\"purgeable\":\($0.purgeable)}"
+            "{\"area\":\(jsonString($0.name)),\"path\":\(jsonString($0.path)),\"bytes\":\($0.bytes),\"files\":\($0.files),\"backedUp\":\($0.backedUp),\"purgeable\":\($0.purgeable),\"offloaded\":\($0.offloaded)}"
         }
         let classes = ProtectionClass.allCases.map { "\(jsonString($0.rawValue)):\(usage.bytesByClass[$0] ?? 0)" }
         output.write("{\"store\":\(jsonString(store.path)),\"areas\":[\(areas.joined(separator: ","))],\"totalBytes\":\(usage.totalBytes),\"totalFiles\":\(usage.totalFiles),"
+            + "\"capacity\":\(device.capacity.map(String.init) ?? "null"),\"used\":\(device.used),\"free\":\(device.free),\"availableForImportantUsage\":\(device.availableForImportantUsage),"
             + "\"bytesByProtection\":{\(classes.joined(separator: ","))}}")
     }
 

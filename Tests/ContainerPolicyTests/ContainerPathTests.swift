@@ -1,4 +1,5 @@
 import ContainerPolicy
+import PolicySpec
 import Testing
 
 /// Bytes as the kernel might hand them over, and the components they must give.

@@ -4,23 +4,8 @@ import Glibc
 import Darwin
 #endif
 import ContainerPolicy
+import PolicySpec
 import Testing
-
-/// The operations that name one node.
-enum SinglePathOperation: String, CaseIterable, Sendable {
-    case read, create, changeContent, changeMetadata, delete
-
-    /// The operation on `location`.
-    func callAsFunction(_ location: Location) -> Operation {
-        switch self {
-        case .read: .read(location)
-        case .create: .create(location)
-        case .changeContent: .changeContent(location)
-        case .changeMetadata: .changeMetadata(location)
-        case .delete: .delete(location)
-        }
-    }
-}
 
 /// One cell of the area × operation table, for one location of that area.
 struct SinglePathCase: Sendable, CustomTestStringConvertible {
@@ -29,26 +14,6 @@ struct SinglePathCase: Sendable, CustomTestStringConvertible {
     let expected: Expected
     var testDescription: String { "\(operation.rawValue)(\(name(location))) → \(expected)" }
 }
-
-/// SPEC §2's table for the operations that name one node.
-///
-/// Columns: read (and list, stat, getxattr); create inside; change content; change
-/// metadata (chmod, chown, utimens, setxattr, removexattr); delete.
-let singlePathTable: [Kind: [Expected]] = [
-    //           read       create     content    metadata   delete
-    .root:      [.ok,       .fixed,    .fixed,    .fixed,    .fixed],
-    .standard:  [.ok,       .fixed,    .fixed,    .fixed,    .fixed],
-    .foreign:   [.ok,       .fixed,    .fixed,    .fixed,    .fixed],
-    .bundle:    [.ok,       .bundle,   .bundle,   .bundle,   .bundle],
-    .inbox:     [.ok,       .inbox,    .inbox,    .inbox,    .ok],
-    .data:      [.ok,       .ok,       .ok,       .ok,       .ok],
-    .cache:     [.ok,       .ok,       .ok,       .ok,       .ok],
-    .temporary: [.ok,       .ok,       .ok,       .ok,       .ok],
-    // SPEC §1: the state folder is never listed, reachable or creatable. Reading or
-    // removing it answers as if it did not exist; making one, or changing one the
-    // program cannot reach anyway, is refused as a reserved name.
-    .hidden:    [.absent,   .reserved, .reserved, .reserved, .absent],
-]
 
 let singlePathCases: [SinglePathCase] = Kind.allCases.flatMap { kind in
     kind.locations.flatMap { location in

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import ContainerPolicy
+import PolicySpec
 import Testing
 
 /// What a program does, by path, and what it must be told: classification and decision

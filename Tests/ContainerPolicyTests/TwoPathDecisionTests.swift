@@ -4,81 +4,8 @@ import Glibc
 import Darwin
 #endif
 import ContainerPolicy
+import PolicySpec
 import Testing
-
-/// The operations that name two nodes, each checked at both ends (SPEC §2).
-enum TwoPathOperation: String, CaseIterable, Sendable {
-    case rename, exchange, link
-
-    /// The operation from `source` to `target`.
-    func callAsFunction(from source: Location, to target: Location) -> Operation {
-        switch self {
-        case .rename: .rename(from: source, to: target, exchange: false)
-        case .exchange: .rename(from: source, to: target, exchange: true)
-        case .link: .link(from: source, to: target)
-        }
-    }
-
-    /// The table for this operation: rows are the source's kind, columns the target's,
-    /// both in `Kind.allCases` order.
-    var table: [[Expected]] {
-        switch self {
-        case .rename: renameTable
-        case .exchange: exchangeTable
-        case .link: linkTable
-        }
-    }
-}
-
-// The tables read as SPEC §2 does: the source must allow "rename out of" (delete), the
-// target "rename into" (create); a bundle or structure denial (EPERM) wins over an inbox
-// denial (EACCES); a hidden name does not exist, whatever the other end. When both ends
-// are refused by EPERM rules, the source's rule is the one named.
-
-/// rename(2) without `RENAME_EXCHANGE`.
-let renameTable: [[Expected]] = [
-    // target:      root       standard   foreign    bundle     inbox      data       cache      temporary  hidden
-    /* root      */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
-    /* standard  */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
-    /* foreign   */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
-    /* bundle    */ [.bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle],
-    /* inbox     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* data      */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* cache     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* temporary */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* hidden    */ [.absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent],
-]
-
-/// rename(2) with `RENAME_EXCHANGE`: each end both loses its entry and gains the other's,
-/// so each end must allow rename out of and rename into; an inbox end is refused.
-let exchangeTable: [[Expected]] = [
-    // target:      root       standard   foreign    bundle     inbox      data       cache      temporary  hidden
-    /* root      */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .absent],
-    /* standard  */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .absent],
-    /* foreign   */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .absent],
-    /* bundle    */ [.bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .bundle,   .absent],
-    /* inbox     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .inbox,    .inbox,    .inbox,    .absent],
-    /* data      */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .absent],
-    /* cache     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .absent],
-    /* temporary */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .absent],
-    /* hidden    */ [.absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent],
-]
-
-/// link(2). SPEC §2: "A hard link whose source is in the bundle or the inbox is denied
-/// (`EPERM`, `EACCES`)" — the inbox's own errno, which an EPERM target still beats. The
-/// engine has no EACCES rule for links, so that row checks errno only.
-let linkTable: [[Expected]] = [
-    // target:      root       standard   foreign    bundle     inbox      data       cache      temporary  hidden
-    /* root      */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
-    /* standard  */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
-    /* foreign   */ [.fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed,    .fixed],
-    /* bundle    */ [.link,     .link,     .link,     .link,     .link,     .link,     .link,     .link,     .link],
-    /* inbox     */ [.eperm,    .eperm,    .eperm,    .eperm,    .eacces,   .eacces,   .eacces,   .eacces,   .eperm],
-    /* data      */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* cache     */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* temporary */ [.fixed,    .fixed,    .fixed,    .bundle,   .inbox,    .ok,       .ok,       .ok,       .reserved],
-    /* hidden    */ [.absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent,   .absent],
-]
 
 /// One cell of a two-path table, for one pair of locations of those kinds.
 struct TwoPathCase: Sendable, CustomTestStringConvertible {

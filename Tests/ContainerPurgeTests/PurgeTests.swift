@@ -8,12 +8,13 @@ import Testing
 
 /// A fresh store in a temporary folder, removed afterwards, with helpers to place tagged
 /// files behind any mount's back (as a crashed daemon leaves them) and to set their use.
-private final class PurgeScratch {
+final class PurgeScratch {
     let base: String
     let store: Store
 
-    init() throws {
-        var template = Array("/tmp/containerfs-purge-XXXXXX".utf8CString)
+    /// In a new folder inside `parent`.
+    init(in parent: String = "/tmp") throws {
+        var template = Array((parent + "/containerfs-purge-XXXXXX").utf8CString)
         base = String(cString: mkdtemp(&template)!)
         try FileManager.default.createDirectory(atPath: base + "/Demo.app", withIntermediateDirectories: true)
         try Data("plist".utf8).write(to: URL(fileURLWithPath: base + "/Demo.app/Info.plist"))
@@ -69,7 +70,8 @@ struct PurgeStoreTests {
         #expect(Quantity.seconds(text) == seconds)
     }
 
-    @Test(arguments: ["", "d", "3y", "-1d", "three days"])
+    /// Beyond what nanoseconds since the epoch can count (about 292 years), or not finite.
+    @Test(arguments: ["", "d", "3y", "-1d", "three days", "10000000000", "10000000000s", "1000000w", String(repeating: "9", count: 400)])
     func badDurationsAreRefused(_ text: String) {
         #expect(Quantity.seconds(text) == nil)
     }
@@ -223,13 +225,14 @@ struct PurgeStoreTests {
 
     @Test func storesOnDifferentDevicesAreRefused() throws {
         let scratch = try PurgeScratch()
-        var shm = stat(), tmp = stat()
-        guard stat("/dev/shm", &shm) == 0, stat("/tmp", &tmp) == 0, shm.st_dev != tmp.st_dev else { return }
-        var template = Array("/dev/shm/containerfs-purge-XXXXXX".utf8CString)
-        let other = String(cString: mkdtemp(&template)!)
-        defer { try? FileManager.default.removeItem(atPath: other) }
-        try FileManager.default.createDirectory(atPath: other + "/Demo.app", withIntermediateDirectories: true)
-        let second = try Store.create(at: other + "/store", bundle: other + "/Demo.app")
+        // A file system of our own, so the two stores are on different devices whatever
+        // /tmp and /dev/shm are here.
+        let other = try TemporaryTmpfs()
+        try FileManager.default.createDirectory(atPath: other.path + "/Demo.app", withIntermediateDirectories: true)
+        let second = try Store.create(at: other.path + "/store", bundle: other.path + "/Demo.app")
+        var first = stat(), device = stat()
+        #expect(fstat(scratch.store.rootFD, &first) == 0 && fstat(second.rootFD, &device) == 0)
+        try #require(first.st_dev != device.st_dev)
         let error = #expect(throws: UserError.self) { _ = try Purge.purge([scratch.store, second], .init(kinds: [.cache])) }
         #expect(error?.message.contains("different devices") == true)
     }

@@ -114,35 +114,58 @@ struct BackupCLITests {
     }
 
     /// A file rewritten over and over while the container is mounted is never archived
-    /// half old, half new: each version is 4 MiB of one repeated byte.
+    /// half old, half new: each version is 4 MiB of one repeated byte. The writer is seen
+    /// running across every round, and the rounds archive different versions.
     @Test func backupWhileWrittenIsConsistentPerFile() throws {
         try withMountedContainer { container in
             let path = container.mounted("Documents/busy.bin")
             try Data(repeating: 0x41, count: 4 << 20).write(to: URL(fileURLWithPath: path))
-            // Rewrites in place (no truncation), a new byte each time, pausing a little.
+            /// The file's first byte, through the mount: which version is there now.
+            func version() throws -> UInt8 {
+                let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
+                defer { try? handle.close() }
+                return try handle.read(upToCount: 1)?.first ?? 0
+            }
+            /// Waits up to 10 s for the file to hold another version than `old`.
+            func waitForVersion(other old: UInt8) throws {
+                for _ in 0..<1000 where try version() == old { usleep(10_000) }
+                #expect(try version() != old, "the writer changed nothing in 10 s")
+            }
+            // Rewrites in place (no truncation), a new byte each time, pausing a little, until killed.
             let writer = Process()
             writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             writer.arguments = ["python3", "-c", """
                 import os, sys, time
                 fd = os.open(sys.argv[1], os.O_WRONLY)
-                for i in range(400):
+                i = 0
+                while True:
                     block = bytes([0x42 + i % 20]) * (1 << 20)
                     for j in range(4): os.pwrite(fd, block, j << 20)
+                    i += 1
                     time.sleep(0.02)
                 """, path]
             try writer.run()
-            defer { writer.terminate(); writer.waitUntilExit() }
+            // SIGKILL: a child of a test thread starts with SIGTERM blocked (the thread's mask).
+            defer { kill(writer.processIdentifier, SIGKILL); writer.waitUntilExit() }
+            try waitForVersion(other: 0x41)
+            var archived: [UInt8] = []
             for round in 0..<3 {
+                #expect(writer.isRunning, "round \(round): the writer stopped before the backup")
                 let archive = container.base + "/busy-\(round).tar"
                 let backup = try containerfs(["backup", container.store, archive])
                 #expect(backup.status == 0, "\(backup)")
+                #expect(writer.isRunning, "round \(round): the writer stopped during the backup")
                 let extracted = container.base + "/x\(round)"
                 try FileManager.default.createDirectory(atPath: extracted, withIntermediateDirectories: true)
-                _ = try runProgram(["tar", "-xf", archive, "-C", extracted, "Documents/busy.bin"])
+                let untarred = try runProgram(["tar", "-xf", archive, "-C", extracted, "Documents/busy.bin"])
+                try #require(untarred.status == 0, "\(untarred)")
                 let data = try Data(contentsOf: URL(fileURLWithPath: extracted + "/Documents/busy.bin"))
                 #expect(data.count == 4 << 20)
                 #expect(Set(data).count == 1, "round \(round): the archived file mixes versions")
+                archived.append(data.first ?? 0)
+                try waitForVersion(other: data.first ?? 0)
             }
+            #expect(Set(archived).count >= 2, "every round archived the same version \(archived): the file was not changing")
         }
     }
 }

@@ -183,6 +183,15 @@ struct CLIErrorTests {
         expectUserError(result, mentions: ["absent"], advice: ["nothing to unmount", "mount -t"])
     }
 
+    /// A duration past what nanoseconds since the epoch count (292 years) is refused in one
+    /// line, not a trap (exit 132).
+    @Test(arguments: ["10000000000", "99999999999999999999999w"])
+    func purgeOlderThanBeyondTimeItself(_ duration: String) throws {
+        let container = try MountedContainer()
+        let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--older-than", duration]) }
+        expectUserError(result, status: 64, mentions: [duration, "--older-than"], advice: ["292 years"])
+    }
+
     @Test func auditAMissingStore() throws {
         let scene = try CLIScene()
         let result = try scene.unchanged { try containerfs(["audit", scene.base + "/nostore"]) }

@@ -2,10 +2,12 @@ import CLinux
 import ContainerPolicy
 import Foundation
 import Glibc
+import PolicySpec
 import Testing
 
 /// Random sequences of operations, applied through a mount and to a model — a plain copy
-/// of the store plus the pure policy engine — must agree on every result and on the tree.
+/// of the store plus SPEC §2's tables (`PolicySpec`, written independently of the engine)
+/// — must agree on every result, on the audit log and on the tree.
 ///
 /// CONTAINERFS_FUZZ_SEEDS=N runs N seeds (default 5), from CONTAINERFS_FUZZ_SEED (default 1;
 /// `random` picks one), with CONTAINERFS_FUZZ_OPS operations each (default 200). A failure
@@ -29,6 +31,7 @@ struct DifferentialTests {
         let mountRoot = Array(container.mountpoint.utf8)
         var generator = FuzzGenerator(seed: seed, bundleName: container.bundleName)
         var history: [String] = []
+        var audited = try container.auditRecords().count
         let rerun = "mount options \(options); rerun with CONTAINERFS_FUZZ_SEED=\(seed) CONTAINERFS_FUZZ_SEEDS=1"
 
         for step in 1...FuzzSettings.operations {
@@ -55,6 +58,27 @@ struct DifferentialTests {
                     \(history.suffix(40).joined(separator: "\n"))
                     """)
                 return
+            }
+            // A denial the filesystem made is audited, under the rule the spec names; the
+            // others (allowed, answered by the kernel first, or not in the container) are not.
+            if let denial = model.audit {
+                let records = try container.waitForAudit(count: audited + 1)
+                let rule = records.last?["rule"] as? String, errnoName = records.last?["errno"] as? String
+                if case .deny(let named, _) = denial, rule != named.rawValue {
+                    Issue.record("seed \(seed), step \(step): \(operation): audited as \(rule ?? "nothing"), the spec says \(denial)\n\(rerun)")
+                    return
+                }
+                if errnoName != denial.errno.map(PolicySpec.errnoName) {
+                    Issue.record("seed \(seed), step \(step): \(operation): audited with \(errnoName ?? "no errno"), the spec says \(denial)\n\(rerun)")
+                    return
+                }
+                audited = records.count
+            } else {
+                let records = try container.auditRecords()
+                if records.count != audited {
+                    Issue.record("seed \(seed), step \(step): \(operation) → \(actual): audited, the spec says it is not: \(records[audited...])\n\(rerun)")
+                    return
+                }
             }
         }
 
@@ -440,6 +464,8 @@ private final class FuzzModel {
     let layout: ContainerLayout
     /// Set when the model's own prediction of a kernel error disagrees with the kernel.
     var inconsistency: String?
+    /// The audited denial the latest step must leave in the audit log, if any.
+    private(set) var audit: Expected?
 
     init(root: FuzzBytes, layout: ContainerLayout) {
         self.root = root
@@ -470,6 +496,7 @@ private final class FuzzModel {
 
     /// The outcome the mount must give, or nil to skip the step.
     func expect(_ operation: FuzzOperation) -> FuzzOutcome? {
+        audit = nil
         do {
             return try predict(operation)
         } catch {
@@ -515,12 +542,15 @@ private final class FuzzModel {
         return (UInt(info.st_dev), UInt(info.st_ino))
     }
 
-    /// Applies the policy: a denial answers with its errno unless the kernel answers first
-    /// (`early`). When allowed, the step runs on the model's directory, whose kernel gives
-    /// the same early answers; the model checks that it does.
+    /// Applies SPEC §2's tables: a denial answers with its errno unless the kernel answers
+    /// first (`early`); one the filesystem makes is audited. When allowed, the step runs on
+    /// the model's directory, whose kernel gives the same early answers; the model checks
+    /// that it does.
     private func gate(_ operation: ContainerPolicy.Operation, _ step: FuzzOperation, early: FuzzOutcome? = nil) throws(FuzzEarly) -> FuzzOutcome {
-        if case .deny(let denial) = Policy.decide(operation) {
-            throw FuzzEarly(outcome: early ?? .failed(step.firstCall, denial.errno))
+        let specified = PolicySpec.specified(operation)
+        if let errno = specified.errno {
+            if early == nil, specified.isAudited { audit = specified }
+            throw FuzzEarly(outcome: early ?? .failed(step.firstCall, errno))
         }
         let outcome = fuzzPerform(step, in: root)
         if let early, outcome != early {
@@ -757,7 +787,8 @@ private struct FuzzGenerator {
         }
         var path = chosen.0
         if chance(8), allowRoot || !path.isEmpty { return path }
-        let depth = chance(65) ? 0 : chance(75) ? 1 : 2
+        // Now and then a deep path, most of it not there.
+        let depth = chance(65) ? 0 : chance(75) ? 1 : chance(85) ? 2 : 9
         for _ in 0..<depth { path.append(pick(Array(Self.common.prefix(4)))) }
         if depth == 0, !chosen.2.isEmpty, chance(15) {
             path.append(Array(pick(chosen.2).utf8))
@@ -789,9 +820,11 @@ private struct FuzzGenerator {
         }
         switch kind {
         case 0: return .createFile(chance(60) ? target() : path(), flags: pick([0, O_EXCL, O_TRUNC]), data: data())
-        case 1: return .write(path(), offset: Int.random(in: 0...12000, using: &random), data: data())
+        // Boundary values (issue 19): offsets, sizes and lengths near 2^63, times past 2^33 s and
+        // before 1970, each drawn now and then among the ordinary ones.
+        case 1: return .write(path(), offset: chance(90) ? Int.random(in: 0...12000, using: &random) : pick([1 << 62, Int.max - 10]), data: data())
         case 2: return .append(path(), data: data())
-        case 3: return .truncate(path(allowRoot: true), size: pick([0, 1, 100, 5000, 70000]))
+        case 3: return .truncate(path(allowRoot: true), size: pick([0, 1, 100, 5000, 70000, 1 << 62, Int.max]))
         case 4: return .mkdir(target(), mode: pick([0o755, 0o700, 0o777]))
         case 5: return .rmdir(path())
         case 6: return .unlink(path())
@@ -816,9 +849,11 @@ private struct FuzzGenerator {
         case 14: return .read(path(allowRoot: true))
         case 15: return .stat(path(allowRoot: true))
         case 16: return .list(path(allowRoot: true))
-        case 17: return .utimens(path(allowRoot: true), seconds: Int.random(in: 1_000_000_000...1_700_000_000, using: &random))
-        case 18: return .fallocate(path(), offset: pick([0, 100, 4096, 70000]), length: pick([1, 4096, 10000]))
-        default: return .copyRange(from: path(), to: path(), length: pick([1, 100, 5000, 200_000]))
+        case 17:
+            let seconds = chance(75) ? Int.random(in: 1_000_000_000...1_700_000_000, using: &random) : pick([-1, -(1 << 31), 1 << 33, 1 << 34])
+            return .utimens(path(allowRoot: true), seconds: seconds)
+        case 18: return .fallocate(path(), offset: pick([0, 100, 4096, 70000, Int.max - 10]), length: pick([1, 4096, 10000, Int.max]))
+        default: return .copyRange(from: path(), to: path(), length: pick([1, 100, 5000, 200_000, Int.max]))
         }
     }
 }

@@ -1,18 +1,41 @@
+import ContainerStore
 import Foundation
 import Glibc
 import Testing
 
-/// The built `containerfs` binary: beside the test bundle, as SwiftPM lays them out.
+/// The `containerfs` binary the tests run: `$CONTAINERFS_BIN` (an installed one, say), else
+/// a copy of the one SwiftPM built, in a temporary folder every user can reach. The test
+/// users run it too, and a clone may sit where they cannot reach (root's home is 0700).
+/// The copy is removed when the tests end.
 let containerfsBinary: String = {
     if let path = ProcessInfo.processInfo.environment["CONTAINERFS_BIN"] { return path }
+    let built = builtContainerfsBinary()
+    // If the copy cannot be made, the built binary serves root's tests, and the tests of
+    // other users say they cannot reach it.
+    guard let folder = try? makeTemporaryDirectory() else { return built }
+    let copy = folder + "/containerfs"
+    guard chmod(folder, 0o755) == 0, (try? FileManager.default.copyItem(atPath: built, toPath: copy)) != nil else {
+        try? FileManager.default.removeItem(atPath: folder)
+        return built
+    }
+    atexit {
+        // A daemon still running from the copy keeps running: it holds the file open.
+        unlink(containerfsBinary)
+        rmdir(URL(fileURLWithPath: containerfsBinary).deletingLastPathComponent().path)
+    }
+    return copy
+}()
+
+/// `containerfs` as SwiftPM built it: beside the test bundle (swift test runs
+/// .build/debug/NAME.xctest; the executable sits in .build/debug).
+private func builtContainerfsBinary() -> String {
     let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     var directory = URL(fileURLWithPath: exe).deletingLastPathComponent()
-    // swift test runs .build/debug/NAME.xctest; the executable sits in .build/debug.
     while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("containerfs").path), directory.path != "/" {
         directory.deleteLastPathComponent()
     }
     return directory.appendingPathComponent("containerfs").path
-}()
+}
 
 /// What a finished program printed and how it exited.
 struct ProgramResult: CustomStringConvertible {
@@ -79,6 +102,8 @@ final class MountedContainer: @unchecked Sendable {
     let bundleName = "Demo.app"
     /// The user the mount belongs to (nil: root, the test runner).
     let user: String?
+    /// The `-o` options of the latest `mount`.
+    private var mountOptions: [String] = []
 
     /// Makes the store. The bundle holds `Info.plist`, `res/data.txt`, a symlink `link`.
     init(user: String? = nil) throws {
@@ -111,17 +136,30 @@ final class MountedContainer: @unchecked Sendable {
     func mount(options: [String] = []) throws {
         let result = try containerfs(["mount", store, mountpoint] + options.flatMap { ["-o", $0] }, user: user)
         guard result.status == 0 else { throw TestFailure("containerfs mount failed: \(result)") }
+        mountOptions = options
         guard isMountPoint(mountpoint) else { throw TestFailure("mount returned but \(mountpoint) is not a mount point") }
     }
 
     /// Unmounts, tolerating a busy mount for a while, then lazily; never throws.
     func unmount() {
+        expectRequestsThroughRings()
         for _ in 0..<20 {
             guard isMountPoint(mountpoint) || isDeadMount(mountpoint) else { return }
             if (try? containerfs(["unmount", mountpoint], user: user))?.status == 0 { return }
             usleep(100_000)
         }
         _ = try? runProgram(["fusermount3", "-uz", mountpoint])
+    }
+
+    /// In the io_uring pass of `scripts/run-tests.sh` (`CONTAINERFS_TEST_URING=1`), a live
+    /// root daemon mounted without `nouring` must have served requests through the rings: a
+    /// silent fall-back to /dev/fuse fails the test instead of passing it on /dev/fuse.
+    private func expectRequestsThroughRings() {
+        guard ProcessInfo.processInfo.environment["CONTAINERFS_TEST_URING"] == "1", user == nil,
+              !mountOptions.contains(where: { $0.contains("nouring") }), isMountPoint(mountpoint), !isDeadMount(mountpoint),
+              let opened = try? Store.open(store), let served = try? ControlChannel.requestsServedThroughRings(opened)
+        else { return }
+        #expect(served > 0, "the io_uring pass: the daemon of \(mountpoint) served no request through io_uring")
     }
 
     /// The store's audit records, decoded from `containerfs audit --json`.
@@ -133,12 +171,16 @@ final class MountedContainer: @unchecked Sendable {
         }
     }
 
-    /// Waits until the audit log has at least `count` records (it is written asynchronously).
+    /// Waits until the audit log has at least `count` records (it is written
+    /// asynchronously); throws if it has fewer after `seconds`.
     func waitForAudit(count: Int, seconds: Double = 5) throws -> [[String: Any]] {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
             let records = try auditRecords()
-            if records.count >= count || Date() > deadline { return records }
+            if records.count >= count { return records }
+            if Date() > deadline {
+                throw TestFailure("the audit log has \(records.count) record(s) after \(seconds) s, not the \(count) expected: \(records)")
+            }
             usleep(20_000)
         }
     }
@@ -225,7 +267,9 @@ func errnoOf(_ call: () -> Int32) -> Int32 {
 }
 
 /// The SHA-256 of every file under `path` (via sha256sum), to show a tree did not change.
+/// Throws if any part fails: "unchanged" must not mean "unreadable both times".
 func treeDigest(_ path: String) throws -> String {
-    let result = try runProgram(["sh", "-c", "cd \"$1\" && find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum", "sh", path])
+    let result = try runProgram(["bash", "-o", "pipefail", "-c", "cd \"$1\" && find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %s %a %F' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum", "bash", path])
+    guard result.status == 0, result.stderr.isEmpty else { throw TestFailure("cannot digest \(path): \(result)") }
     return result.stdout
 }

@@ -887,8 +887,15 @@ func expectMountAgreesWithStore(
     sourceLocation: SourceLocation = #_sourceLocation
 ) {
     let hidden: Set<String> = relative == "Library/Caches" || relative == "tmp" ? ["CACHEDIR.TAG"] : []
-    let stored = Set((try? FileManager.default.contentsOfDirectory(atPath: container.stored(relative))) ?? []).subtracting(hidden)
-    let mounted = Set((try? FileManager.default.contentsOfDirectory(atPath: container.mounted(relative))) ?? [])
+    // A folder neither side can list is a failure, not two empty listings that agree.
+    let stored: Set<String>, mounted: Set<String>
+    do {
+        stored = Set(try FileManager.default.contentsOfDirectory(atPath: container.stored(relative))).subtracting(hidden)
+        mounted = Set(try FileManager.default.contentsOfDirectory(atPath: container.mounted(relative)))
+    } catch {
+        Issue.record("\(relative): cannot list: \(error)", sourceLocation: sourceLocation)
+        return
+    }
     #expect(
         mounted == stored, "\(relative): the mount lists \(mounted.sorted()), the store \(stored.sorted())", sourceLocation: sourceLocation)
     for name in stored.intersection(mounted).sorted() {

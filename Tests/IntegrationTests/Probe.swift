@@ -126,6 +126,7 @@ final class Probe {
     /// Accounts for the audit records a program left — at least `count`, and all that come
     /// until the log stops growing — and returns them for the caller to check.
     func takeAuditRecords(atLeast count: Int) throws -> [[String: Any]] {
+        // Throws unless the log reaches `count` new records in time.
         var records = try container.waitForAudit(count: audited + count)
         while true {
             usleep(100_000)
@@ -134,7 +135,9 @@ final class Probe {
             records = again
         }
         defer { audited = records.count }
-        return Array(records[min(audited, records.count)...])
+        let taken = Array(records[min(audited, records.count)...])
+        guard taken.count >= count else { throw TestFailure("expected at least \(count) new audit record(s), found \(taken.count)") }
+        return taken
     }
 
     /// Expects the bundle in the store to be byte-identical, metadata included.
@@ -299,10 +302,12 @@ func nodeState(_ path: String) -> String? {
 /// symlink targets and extended attributes of every node.
 func treeState(_ path: String) throws -> String {
     let metadata = try runProgram([
-        "sh", "-c",
-        "cd \"$1\" && find . -printf '%p %y %U:%G %m %n %T@ %C@ %l\\n' | LC_ALL=C sort && getfattr -R -h -d -m - . 2>/dev/null",
-        "sh", path,
+        "bash", "-o", "pipefail", "-c",
+        "cd \"$1\" && find . -printf '%p %y %U:%G %m %n %T@ %C@ %l\\n' | LC_ALL=C sort && getfattr -R -h -d -m - .",
+        "bash", path,
     ])
+    // Fails on an error: "unchanged" must not mean "unreadable both times".
+    guard metadata.status == 0 else { throw TestFailure("cannot read the metadata of \(path): \(metadata)") }
     return try treeDigest(path) + metadata.stdout
 }
 

@@ -87,12 +87,70 @@ struct TagTests {
         #expect(Purging.listing(container.stored("Library/Caches/dir/sub")) == [], "folders stay")
     }
 
+    /// A cache file whose time is past 2262 (set in the store, behind the mount) is the
+    /// latest used: the daemon indexes it at unmount and exits cleanly, and purge goes on.
+    @Test func aFileTimePast2262DoesNotStopTheUnmountOrPurge() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        try Purging.write(container.mounted("Library/Caches/old"), size: 10)
+        try Purging.write(container.mounted("Library/Caches/future"), size: 20)
+        let touched = try runProgram(["touch", "-m", "-d", "2300-01-01", container.stored("Library/Caches/future")])
+        try #require(touched.status == 0, "\(touched)")
+        let pid = try Purging.daemonPID(container)
+        let unmounted = try containerfs(["unmount", container.mountpoint])
+        #expect(unmounted.status == 0, "\(unmounted)")
+        for _ in 0..<200 where kill(pid, 0) == 0 { usleep(10_000) }
+        #expect(!isMountPoint(container.mountpoint))
+        #expect(FileManager.default.fileExists(atPath: container.stored(".containerfs/tags")), "the daemon wrote its index at unmount")
+        let purged = try Purging.purge([container], ["--caches", "--free", "1"])
+        #expect(purged.paths == ["Library/Caches/old"])
+        #expect((purged.json["walked"] as? [String])?.isEmpty == true, "the daemon wrote the index at unmount")
+        #expect(FileManager.default.fileExists(atPath: container.stored("Library/Caches/future")))
+    }
+
+    /// The store's owner truncates the use table while the daemon has it mapped: the next
+    /// opens of Caches and tmp files (each recorded in the table) must not kill the daemon
+    /// with SIGBUS, and the tags are all still there after the unmount.
+    @Test func aUseTableTruncatedWhileMountedDoesNotStopTheDaemon() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        try Purging.write(container.mounted("Library/Caches/before"), size: 10)
+        #expect(truncate(container.stored(".containerfs/uses"), 0) == 0)
+        for number in 0..<20 {
+            try Purging.write(container.mounted("Library/Caches/c\(number)"), size: 1)
+            try Purging.write(container.mounted("tmp/t\(number)"), size: 1)
+            try Purging.read(container.mounted("Library/Caches/before"))
+        }
+        #expect(!isDeadMount(container.mountpoint), "the daemon died")
+        #expect(Purging.listing(container.mounted("Library/Caches")).count == 21)
+        container.unmount()
+        let purged = try Purging.purge([container], ["--caches", "--dry-run"])
+        #expect(purged.paths.count == 21)
+    }
+
     /// After `kill -9` of the daemon the tags are exactly the files the store holds, in
     /// the order they were used; the next mount and unmount index them again.
     @Test func tagsSurviveKillingTheDaemon() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
+        // A clean mount and unmount first: its index lists `gone1` and `gone2`.
         try container.mount()
+        try Purging.write(container.mounted("Library/Caches/k/gone1"), size: 1000)
+        try Purging.write(container.mounted("Library/Caches/k/gone2"), size: 1000)
+        container.unmount()
+        let indexed = try Purging.purge([container], ["--caches", "--tmp", "--dry-run"])
+        #expect(indexed.paths == ["Library/Caches/k/gone1", "Library/Caches/k/gone2"])
+        #expect((indexed.json["walked"] as? [String])?.isEmpty == true, "the index of the clean unmount is used")
+        let index = container.stored(".containerfs/tags")
+        let indexBefore = try Data(contentsOf: URL(fileURLWithPath: index))
+
+        // The next mount changes the caches, then its daemon is killed: the index on disk
+        // is the old one, and would be wrong.
+        try container.mount()
+        #expect(unlink(container.mounted("Library/Caches/k/gone1")) == 0)
+        #expect(unlink(container.mounted("Library/Caches/k/gone2")) == 0)
         let names = ["c1", "c2", "c3", "c4"]
         for (index, name) in names.enumerated() {
             try Purging.write(container.mounted("Library/Caches/k/" + name), size: 100 * (index + 1))
@@ -107,12 +165,13 @@ struct TagTests {
         for _ in 0..<200 where kill(pid, 0) == 0 { usleep(10_000) }
         container.unmount()
         #expect(!isMountPoint(container.mountpoint))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: index)) == indexBefore, "the killed daemon left the old index")
 
         let expected = ["Library/Caches/k/c2", "Library/Caches/k/c3", "Library/Caches/k/c4", "tmp/t1", "Library/Caches/k/c1"]
         let after = try Purging.purge([container], ["--caches", "--tmp", "--dry-run"])
         #expect(after.paths == expected, "none lost, none invented, same order")
         #expect(after.deleted.compactMap { $0["size"] as? Int } == [200, 300, 400, 11, 100])
-        #expect((after.json["walked"] as? [String]) == [container.store], "a stale index is not trusted")
+        #expect((after.json["walked"] as? [String]) == [container.store], "a stale index is not trusted: the store is walked")
 
         // The next mount: the app runs again; at its end tmp is emptied and tags indexed.
         try container.mount()

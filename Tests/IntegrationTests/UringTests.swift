@@ -1,3 +1,4 @@
+import ContainerStore
 import Foundation
 import Glibc
 import Testing
@@ -50,16 +51,24 @@ struct UringTests {
 
     @Test func withTheKernelSwitchOnRequestsComeThroughTheRings() throws {
         try withKernelSwitch(true) {
-            let log = try foregroundDaemonLog("debug", workload)
+            var answered: UInt64?
+            let log = try foregroundDaemonLog("debug") { container in
+                try workload(container)
+                answered = try ControlChannel.requestsServedThroughRings(Store.open(container.store))
+            }
             let served = try #require(servedThroughRings(log), "no io_uring line in the daemon's log")
             // Each LOOKUP, CREATE, GETATTR… of cp, tar, sqlite3 and git: hundreds at least.
             #expect(served > 200, "\(served) requests through io_uring")
+            #expect((answered ?? 0) > 200, "the control socket's count (used by the io_uring pass of scripts/run-tests.sh): \(String(describing: answered))")
         }
     }
 
     @Test func nouringKeepsRequestsOnDevFuse() throws {
         try withKernelSwitch(true) {
-            let log = try foregroundDaemonLog("debug,nouring", workload)
+            let log = try foregroundDaemonLog("debug,nouring") { container in
+                try workload(container)
+                #expect(try ControlChannel.requestsServedThroughRings(Store.open(container.store)) == 0, "the control socket's count")
+            }
             #expect(servedThroughRings(log) == nil, "\(log.suffix(300))")
             #expect(log.contains("opcode: LOOKUP"))
         }
@@ -89,7 +98,7 @@ struct UringTests {
     /// caller's CPU must not starve them (a starved queue waits seconds per request).
     @Test func aBusyLoopOnTheCallersCPUDoesNotStallRequests() throws {
         try withKernelSwitch(true) {
-            _ = try foregroundDaemonLog("uring") { container in
+            let log = try foregroundDaemonLog("debug,uring") { container in
                 let busy = try BackgroundProgram(["/usr/bin/taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
                 defer {
                     kill(busy.pid, SIGKILL)
@@ -102,6 +111,9 @@ struct UringTests {
                 #expect(result.stdout == "500\n", "\(result)")
                 #expect(seconds < 20, "500 creates took \(seconds) s")
             }
+            // The creates came through the rings, not a silent fall-back to /dev/fuse.
+            let served = try #require(servedThroughRings(log), "no io_uring line in the daemon's log")
+            #expect(served > 500, "\(served) requests through io_uring for 500 creates")
         }
     }
 }

@@ -92,8 +92,11 @@ struct UserTests {
         #expect(ls.status != 0 && ls.stderr.contains("Permission denied"), "\(ls)")
         #expect(errnoOfStat(container.mountpoint) == EACCES, "root is another user too")
 
-        // She unmounts it herself.
-        let unmounted = try containerfs(["unmount", container.mountpoint], user: Self.alice)
+        // She unmounts it herself, even from a folder she cannot enter (as after `sudo -u`
+        // in root's home): fusermount3 needs no working folder.
+        let closed = try makeTemporaryDirectory()  // root's, mode 0700
+        defer { rmdir(closed) }
+        let unmounted = try runProgram([containerfsBinary, "unmount", container.mountpoint], user: Self.alice, directory: closed)
         #expect(unmounted.status == 0, "\(unmounted)")
         #expect(mountInfoLine(container.mountpoint) == nil, "the mount is gone")
         #expect(errnoOfStat(container.mountpoint) == 0, "the mount point is a plain folder again")

@@ -64,6 +64,14 @@ int clinux_node_truncate(int fd, off_t length);
 /// A new name `name` in `dirfd` for the node `fd` names (linkat(2)).
 int clinux_node_link(int fd, int dirfd, const char *name);
 
+/// Room for any file handle (MAX_HANDLE_SZ and struct file_handle's header).
+extern const int clinux_MAX_HANDLE_SIZE;
+/// name_to_handle_at(2) of the node `fd` names (AT_EMPTY_PATH): writes its struct
+/// file_handle into `buffer`; returns its length, or -1 with errno.
+int clinux_node_handle(int fd, void *buffer, int capacity);
+/// open_by_handle_at(2) of a handle `clinux_node_handle` made, on the file system of
+/// `mountfd` (needs CAP_DAC_READ_SEARCH).
+int clinux_open_handle(int mountfd, const void *handle, int length, int flags);
 /// Sets the umask of the calling thread only: the first call gives the thread its own
 /// fs_struct (unshare CLONE_FS: umask, root and working directory), so threads creating
 /// files for callers with different umasks do not race over the process's one.
@@ -78,5 +86,13 @@ int clinux_setfsgid(gid_t gid);
 /// of this architecture (x86_64 with i386 and x32; aarch64 with arm). -1 with errno
 /// ENOSYS on another architecture, or the write's errno.
 int clinux_write_terminal_filter(int fd);
+
+/// Registers the shared file mapping [base, base + length), mapped with `protection`, so
+/// that a page of it past the end of its file (someone truncated the file) becomes a
+/// private zero-filled page instead of killing the process with SIGBUS (mapping_guard.c).
+/// 0, or -1 with errno (ENOSPC: 64 mappings are registered already).
+int clinux_guard_mapping(void *base, size_t length, int protection);
+/// Forgets a mapping registered with clinux_guard_mapping; call it before munmap(2).
+void clinux_unguard_mapping(void *base);
 
 #endif

@@ -1,0 +1,126 @@
+import ContainerPolicy
+import ContainerPurge
+import ContainerSigning
+import ContainerStore
+import Glibc
+
+/// The app's lifecycle on the device (SPEC §12): `update` installs a new version over the
+/// data of the old one, `offload` removes the bundle and keeps the data.
+///
+/// Its own target because it combines two domains of one level — signing the new bundle
+/// (ContainerSigning) and emptying `tmp/` (ContainerPurge) — which must not import each
+/// other. The switch itself, which `Store.open` must be able to finish after a crash, is
+/// ContainerStore's `BundleSwitch`; the offload record is its `OffloadRecord`.
+public enum Lifecycle {
+    /// What an update did.
+    public struct UpdateSummary: Sendable {
+        /// The bundle installed before (offloaded or not), and the new one.
+        public var oldName: [UInt8], newName: [UInt8]
+        /// True when the app was offloaded: a reinstall.
+        public var reinstalled: Bool
+        /// The new bundle as signed.
+        public var entries: Int, files: Int, bytes: UInt64
+        /// Entries removed from `tmp/`.
+        public var temporaryEntries: Int
+    }
+
+    /// Installs the bundle at `bundlePath` as the new version of the app in the store at
+    /// `path` (or reinstalls an offloaded app): copied and signed aside, checked, then
+    /// switched in by `BundleSwitch`. `Documents`, `Library` and the caches stay; `tmp/` is
+    /// emptied. Refused while the container is mounted or a program runs in it.
+    public static func update(store path: String, bundle bundlePath: String, keyPath: String?) throws(UserError) -> UpdateSummary {
+        let newName = try Store.checkBundle(bundlePath)
+        let store = try Store.open(path)
+        let key = try InstallerKey.load(at: keyPath)
+        let hold = try Hold(store, doing: "update")
+        let oldName = store.layout.bundleName
+        if newName != oldName, access(at: store.rootFD, newName) {
+            throw UserError(
+                "\(path) already holds an entry named \(ContainerPath.printable(newName)) beside its app: remove it from the store first; nothing was changed"
+            )
+        }
+        let working = try Store.buildAside(
+            in: store.stateFD, beside: Array(name: "bundle"), "update", bundle: bundlePath,
+            seal: Store.seal(key), path: path)
+        TestCrashPoint.reach("staged")
+        // The staged copy is checked against its fresh signature, so that nothing changed
+        // in it between signing and switching (a writer of the store, a bundle changing as
+        // it was copied) is ever installed.
+        let signed: BundleVerification
+        do {
+            let staged = try Store.open(at: store.stateFD, working, path: path)
+            signed = BundleSignature.verify(staged, key: key, full: true)
+        } catch {
+            removeTree(at: store.stateFD, working)
+            throw error
+        }
+        if !signed.isIntact {
+            removeTree(at: store.stateFD, working)
+            let what = signed.problem?.description ?? signed.changes.prefix(3).map(\.summary).joined(separator: ", ")
+            throw UserError(
+                "the new bundle \(ContainerPath.printable(newName)) changed while it was being installed (\(what)): nothing was changed; run the update again"
+            )
+        }
+        TestCrashPoint.reach("verified")
+        // As iOS terminates the app to update it: its tmp/ goes.
+        let emptied = Purge.emptyTemporary(store)
+        try BundleSwitch.commit(store, working: working, newBundle: newName)
+        withExtendedLifetime(hold) {}
+        return UpdateSummary(
+            oldName: oldName, newName: newName, reinstalled: store.offloaded != nil, entries: signed.entries,
+            files: signed.files, bytes: signed.bytes, temporaryEntries: emptied)
+    }
+
+    /// Offloads the app of the store at `path`: records its name, manifest digest and size,
+    /// then removes its bundle; the data stays. Refused while it is mounted or running.
+    public static func offload(store path: String) throws(UserError) -> OffloadRecord {
+        let store = try Store.open(path)
+        if store.offloaded != nil {
+            throw UserError(
+                "the app \(ContainerPath.printable(store.layout.bundleName)) of \(path) is offloaded already: reinstall it with 'containerfs update \(path) --bundle PATH/\(ContainerPath.printable(store.layout.bundleName))'"
+            )
+        }
+        let hold = try Hold(store, doing: "offload")
+        let bundle = StorageUsage.measure(store).areas.first { $0.name == "bundle" }
+        let digest =
+            BundleSignature.manifestDigest(of: store).map { $0.map { byte in String(byte, radix: 16).leftPadded(2) }.joined() } ?? ""
+        let record = OffloadRecord(
+            bundleName: store.layout.bundleName, manifestDigest: digest,
+            bytes: UInt64(clamping: bundle?.bytes ?? 0), files: bundle?.files ?? 0)
+        try OffloadRecord.offload(store, record)
+        withExtendedLifetime(hold) {}
+        return record
+    }
+
+    /// The locks a change of the installed app holds: no other update or offload, no run,
+    /// no mount, for its whole length.
+    struct Hold {
+        let update: BundleSwitch.Lock
+        let run: RunLock
+        let mount: MountLock
+
+        init(_ store: Store, doing verb: String) throws(UserError) {
+            update = try BundleSwitch.Lock.take(store)
+            run = try RunLock(store: store)
+            // What a run killed with SIGKILL left mounted stays recorded for the next run to clear.
+            if let abandoned = run.abandonedMountpoint { run.record(mountpoint: abandoned) }
+            if let holder = MountLock.holder(store) {
+                throw UserError(
+                    "store \(store.path) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; \(verb) changes the app only while it is not running"
+                )
+            }
+            mount = try MountLock(store: store, mountpoint: "(containerfs \(verb), pid \(getpid()))")
+        }
+    }
+
+    private static func access(at folder: Int32, _ name: [UInt8]) -> Bool {
+        var info = stat()
+        return withCName(name) { fstatat(folder, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(_ width: Int) -> String {
+        String(repeating: "0", count: max(0, width - count)) + self
+    }
+}

@@ -1,0 +1,69 @@
+import ArgumentParser
+import ContainerPurge
+import ContainerStore
+
+struct CapacityCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "capacity",
+        abstract: "Give a container a capacity (a simulated device size), change it, or remove it.",
+        discussion: """
+            With a capacity, everything in the container counts against it (bundle and data, in \
+            blocks; not the state folder): a write past it fails with ENOSPC as on a full disk, and \
+            df inside the container shows it. On a mounted container the change takes effect at the \
+            next write. Shrinking below what is used deletes nothing: growth fails until space is \
+            freed. Without SIZE, prints the capacity and the space used. See docs/capacity.md.
+
+            Examples: 'containerfs capacity ~/C 8M'; 'containerfs capacity ~/C none'.
+            """)
+
+    @Argument(help: "The container store.")
+    var store: String
+
+    @Argument(help: ArgumentHelp("Bytes, or a number with K, M, G or T (powers of 1024); 'none' removes the capacity.", valueName: "SIZE|none"))
+    var size: String?
+
+    func run() throws {
+        try reportingErrors {
+            // Parsed before the store is opened: bad input leaves it untouched.
+            let capacity = try size.map { (text) throws(UserError) in try parseCapacity(text) }
+            let opened = try Store.open(store)
+            if let capacity {
+                try Capacity.write(opened, capacity.bytes)
+                try ControlChannel.capacityChanged(opened)
+            }
+            let current = Capacity.read(opened)
+            let used = Capacity.usedBytes(rootFD: opened.rootFD)
+            let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
+            FileHandleOutput.standardOutput.write("capacity of \(store): \(shown); used \(used) bytes (\(humanBytes(used)))\n")
+        }
+    }
+}
+
+/// A capacity the command line asks for.
+struct CapacityChoice {
+    /// The bytes; nil: no capacity.
+    var bytes: Int64?
+}
+
+/// A capacity from the command line: SIZE, or `none`.
+func parseCapacity(_ text: String) throws(UserError) -> CapacityChoice {
+    if text == "none" { return CapacityChoice(bytes: nil) }
+    guard let bytes = Quantity.bytes(text), bytes > 0 else {
+        throw UserError.usage("bad capacity '\(text)': write bytes or a number with K, M, G or T (powers of 1024), as 8M, or 'none'")
+    }
+    return CapacityChoice(bytes: bytes)
+}
+
+/// Frees space in `store` before an app starts, as `--low-storage TEXT` (or
+/// `--until-free`) asks, and prints what went.
+func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [TagKind] = [.temporary, .cache]) throws(UserError) {
+    let wanted = try LowStorage.threshold(text, for: store, option: option)
+    let report = try LowStorage.purge(store, until: wanted, kinds: kinds)
+    let output = FileHandleOutput.standardOutput
+    guard report.freeBefore < wanted else { return }
+    if report.temporaryEntries > 0 { output.write("low storage: emptied \(store.path)/tmp (\(report.temporaryEntries) entries)\n") }
+    for item in report.caches?.deleted ?? [] {
+        output.write("low storage: purged \(store.path)/\(printablePath(item.tag.path))  \(item.tag.size) bytes\n")
+    }
+    output.write("low storage: \(store.path) had \(humanBytes(report.freeBefore)) free, now \(humanBytes(report.freeAfter)) (asked for \(humanBytes(wanted)))\n")
+}

@@ -1,0 +1,63 @@
+import ArgumentParser
+import ContainerLifecycle
+import ContainerPolicy
+import ContainerStore
+
+struct Update: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Install a new version of a container's app, keeping its data (or reinstall an offloaded app).",
+        discussion: """
+            The new bundle is copied and signed aside in the store's state folder, checked \
+            against its signature, then switched in with the signed manifest as one step: a \
+            failure or a crash at any point leaves the old app or the new one installed and \
+            verifying, never neither (an interrupted switch is finished the next time the \
+            store is opened). Documents, Library and Library/Caches stay; tmp/ is emptied, as \
+            iOS terminates an app to update it. The new version may have another bundle name \
+            (Notes.app → Notes2.app): the container's layout follows it. Refused while the \
+            container is mounted or a program runs in it. See docs/lifecycle.md.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    @Option(help: "The new version's bundle: a folder named NAME.app.")
+    var bundle: String
+
+    @Option(help: "The installer key the container was installed with (default: see docs/signing.md).")
+    var key: String?
+
+    func run() throws {
+        try reportingErrors {
+            let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key)
+            let new = ContainerPath.printable(summary.newName), old = ContainerPath.printable(summary.oldName)
+            let what = summary.reinstalled ? "reinstalled \(new) in \(store)" : "updated \(store): \(old) replaced by \(new)"
+            FileHandleOutput.standardOutput.write(
+                "\(what) (\(summary.files) files, \(summary.bytes) bytes, signed); Documents, Library and caches kept; tmp/ emptied (\(summary.temporaryEntries) entries)\n"
+            )
+        }
+    }
+}
+
+struct Offload: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Remove a container's app bundle and keep its data, as iOS's Offload App.",
+        discussion: """
+            Keeps a record of the bundle (name, signed manifest digest, size) in the state \
+            folder. Until 'containerfs update STORE --bundle PATH/NAME.app' reinstalls it, \
+            mount, run and verify refuse, naming update; usage shows the bundle offloaded; \
+            backup and restore work as before. Refused while the container is mounted or a \
+            program runs in it. See docs/lifecycle.md.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    func run() throws {
+        try reportingErrors {
+            let record = try Lifecycle.offload(store: store)
+            FileHandleOutput.standardOutput.write(
+                "offloaded \(ContainerPath.printable(record.bundleName)) from \(store) (\(record.files) files, \(record.bytes) bytes; manifest SHA-256 \(record.manifestDigest)); its data is kept: reinstall it with 'containerfs update \(store) --bundle PATH/\(ContainerPath.printable(record.bundleName))'\n"
+            )
+        }
+    }
+}

@@ -1,0 +1,341 @@
+import Foundation
+import Glibc
+import Testing
+
+/// A container with a capacity is a full disk to its programs (SPEC §10): ENOSPC (or a
+/// short write first) at the capacity, the store never past it by more than one request,
+/// df showing it, space freed by deletion at once, live changes, and bad input refused.
+@Suite("Capacity", .serialized)
+struct CapacityTests {
+    static let capacity = 8 << 20
+    /// One write request (max_write): the most the store may pass the capacity by.
+    static let request = 1 << 20
+
+    /// Fills `path` by `method` until the disk is full; returns the bytes it holds then and
+    /// the error it met ("ENOSPC" expected).
+    static func fill(_ method: String, _ path: String, user: String? = nil) throws -> (bytes: Int, error: String) {
+        let script = """
+            import errno, os, subprocess, sys
+            method, path = sys.argv[1], sys.argv[2]
+            error = "none"
+            if method == "python":
+                try:
+                    with open(path, "wb") as f:
+                        while True:
+                            f.write(b"p" * 65536)
+                            f.flush()
+                except OSError as e:
+                    error = errno.errorcode[e.errno]
+            elif method == "dd":
+                r = subprocess.run(["dd", "if=/dev/zero", "of=" + path, "bs=64k"], capture_output=True, text=True)
+                error = "ENOSPC" if "No space left" in r.stderr else "dd: " + r.stderr
+            elif method == "cp":
+                source = path + ".src"
+                src = "/tmp/cfs-capacity-source-%d" % os.getuid()
+                with open(src, "wb") as f: f.write(b"c" * (16 << 20))
+                r = subprocess.run(["cp", src, path], capture_output=True, text=True)
+                os.unlink(src)
+                error = "ENOSPC" if "No space left" in r.stderr else "cp: " + r.stderr
+            elif method == "fallocate":
+                r = subprocess.run(["fallocate", "-l", "16M", path], capture_output=True, text=True)
+                error = "ENOSPC" if "No space left" in r.stderr else "fallocate: " + r.stderr
+            print(os.stat(path).st_size if os.path.exists(path) else 0, error)
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, method, path], user: user)
+        let words = result.stdout.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        guard result.status == 0, words.count == 2, let bytes = Int(words[0]) else { throw TestFailure("\(method): \(result)") }
+        return (bytes, words[1])
+    }
+
+    /// The bytes in blocks of everything in the store but its state folder (its root too).
+    static func storeBytes(_ store: String) throws -> Int {
+        let script = """
+            import os, sys
+            total, seen = os.lstat(sys.argv[1]).st_blocks * 512, set()
+            for top, dirs, files in os.walk(sys.argv[1]):
+                if top == sys.argv[1]: dirs[:] = [d for d in dirs if d != ".containerfs"]
+                for name in dirs + files:
+                    info = os.lstat(os.path.join(top, name))
+                    if info.st_ino in seen: continue
+                    seen.add(info.st_ino)
+                    total += info.st_blocks * 512
+            print(total)
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, store])
+        guard let bytes = Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) else { throw TestFailure("\(result)") }
+        return bytes
+    }
+
+    static func setCapacity(_ container: MountedContainer, _ size: String) throws {
+        let result = try containerfs(["capacity", container.store, size], user: container.user)
+        guard result.status == 0 else { throw TestFailure("capacity \(size): \(result)") }
+    }
+
+    /// dd, cp, python and fallocate meet ENOSPC (after a short write) at the same byte
+    /// count give or take one request; the store never holds more than capacity + one
+    /// request; df sees the capacity. For a daemon with passthrough, and without.
+    func fillsToTheCapacity(user: String?) throws {
+        let container = try MountedContainer(user: user)
+        defer {
+            if user != nil { _ = try? containerfs(["unmount", container.mountpoint], user: user) }
+            container.unmount()
+        }
+        try Self.setCapacity(container, "8M")
+        let mounted = try containerfs(["mount", container.store, container.mountpoint], user: user)
+        try #require(mounted.status == 0, "\(mounted)")
+
+        let df = try runProgram(["df", "-B1", "--output=size,avail", container.mountpoint], user: user)
+        let figures = df.stdout.split(separator: "\n").last?.split(separator: " ").compactMap { Int($0) } ?? []
+        #expect(figures.first == Self.capacity, "df: \(df)")
+        #expect((figures.last ?? 0) > Self.capacity - Self.request, "df: \(df)")
+
+        var counts: [String: Int] = [:]
+        for method in ["dd", "python", "cp"] {
+            let path = container.mounted("Documents/\(method)")
+            let (bytes, error) = try Self.fill(method, path, user: user)
+            #expect(error == "ENOSPC", "\(method): \(error)")
+            counts[method] = bytes
+            let stored = try Self.storeBytes(container.store)
+            #expect(stored <= Self.capacity + Self.request, "\(method): the store holds \(stored) bytes")
+            #expect(stored >= Self.capacity - Self.request, "\(method): the store holds only \(stored) bytes")
+            #expect(unlink(path) == 0 || user != nil)
+            if user != nil { try runProgram(["rm", "-f", path], user: user) }
+        }
+        let values = counts.values
+        #expect((values.max() ?? 0) - (values.min() ?? 0) <= Self.request, "byte counts \(counts)")
+        let (allocated, error) = try Self.fill("fallocate", container.mounted("Documents/fallocate"), user: user)
+        #expect(error == "ENOSPC" && allocated == 0, "fallocate: \(allocated) \(error)")
+        let small = try runProgram(["fallocate", "-l", "1M", container.mounted("Documents/small")], user: user)
+        #expect(small.status == 0, "a fallocate that fits: \(small)")
+    }
+
+    @Test func rootDaemonFillsToTheCapacity() throws {
+        try fillsToTheCapacity(user: nil)
+    }
+
+    @Test func ordinaryUsersDaemonFillsToTheCapacity() throws {
+        guard getpwnam("cfs-alice") != nil else { throw TestFailure("user cfs-alice does not exist: run scripts/install-deps.sh") }
+        try fillsToTheCapacity(user: "cfs-alice")
+    }
+
+    /// Deleting while full frees space at once; a deleted file another program holds open
+    /// is freed when it is closed, as natively.
+    @Test func deletingFreesSpaceAtOnce() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let script = """
+            import errno, os, sys, time
+            M = sys.argv[1]
+            def fill(path):
+                try:
+                    with open(path, "wb") as f:
+                        while True: f.write(b"x" * 65536); f.flush()
+                except OSError as e:
+                    return errno.errorcode[e.errno]
+            def write(path, size):
+                try:
+                    with open(path, "wb") as f: f.write(b"y" * size)
+                    return "ok"
+                except OSError as e:
+                    return errno.errorcode[e.errno]
+            print("fill", fill(M + "/Documents/a"))
+            print("full", write(M + "/Documents/b", 1 << 20))
+            os.unlink(M + "/Documents/a")
+            print("after-rm", write(M + "/Documents/b", 1 << 20))
+            print("refill", fill(M + "/Documents/c"))
+            held = open(M + "/Documents/c", "rb")
+            os.unlink(M + "/Documents/c")
+            print("held", write(M + "/Documents/d", 1 << 20))
+            held.close()
+            time.sleep(0.3)  # the kernel sends RELEASE after close returns
+            print("closed", write(M + "/Documents/d", 1 << 20))
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint])
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines == ["fill ENOSPC", "full ENOSPC", "after-rm ok", "refill ENOSPC", "held ENOSPC", "closed ok"], "\(result)")
+    }
+
+    /// A capacity set on a live mount takes effect at the next write; shrinking below what
+    /// is used deletes nothing and makes growth fail; `none` lifts it.
+    @Test func capacityChangesOnALiveMount() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        let file = container.mounted("Documents/kept")
+        try Data(repeating: 1, count: 2 << 20).write(to: URL(fileURLWithPath: file))
+        try Self.setCapacity(container, "1M")
+        let append = try runProgram(["sh", "-c", "head -c 65536 /dev/zero >> \(file)"])
+        #expect(append.status != 0 && append.stderr.contains("No space left"), "\(append)")
+        #expect(mkdir(container.mounted("Documents/new"), 0o755) != 0 && errno == ENOSPC)
+        var info = stat()
+        #expect(stat(container.stored("Documents/kept"), &info) == 0 && info.st_size == 2 << 20, "nothing deleted")
+        var device = statvfs()
+        #expect(statvfs(container.mountpoint, &device) == 0 && Int(device.f_blocks) * Int(device.f_frsize) == 1 << 20)
+        try Self.setCapacity(container, "none")
+        let again = try runProgram(["sh", "-c", "head -c 65536 /dev/zero >> \(file)"])
+        #expect(again.status == 0, "\(again)")
+    }
+
+    /// sqlite in WAL and rollback-journal modes inserts until SQLITE_FULL; after space is
+    /// freed the database is intact and holds every committed row.
+    @Test(arguments: ["wal", "delete"]) func sqliteSurvivesAFullDisk(mode: String) throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let script = """
+            import os, sqlite3, sys
+            M, mode = sys.argv[1], sys.argv[2]
+            filler = M + "/Documents/filler"
+            with open(filler, "wb") as f: f.write(b"f" * (1 << 20))
+            db = sqlite3.connect(M + "/Documents/app.db", isolation_level=None)
+            db.execute("PRAGMA journal_mode=" + mode)
+            db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, blob BLOB)")
+            committed = 0
+            try:
+                while True:
+                    db.execute("BEGIN")
+                    db.execute("INSERT INTO t (blob) VALUES (?)", (os.urandom(16384),))
+                    db.execute("COMMIT")
+                    committed += 1
+            except sqlite3.OperationalError as e:
+                print("error", e)
+                try: db.execute("ROLLBACK")
+                except sqlite3.OperationalError: pass
+            db.close()
+            os.unlink(filler)
+            db = sqlite3.connect(M + "/Documents/app.db")
+            print("integrity", db.execute("PRAGMA integrity_check").fetchone()[0])
+            print("rows", db.execute("SELECT count(*) FROM t").fetchone()[0], committed)
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, mode])
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first == "error database or disk is full", "\(result)")
+        #expect(lines.contains("integrity ok"), "\(result)")
+        let rows = lines.first { $0.hasPrefix("rows ") }?.split(separator: " ") ?? []
+        #expect(rows.count == 3 && rows[1] == rows[2] && (Int(rows[1]) ?? 0) > 100, "\(result)")
+        let stored = try Self.storeBytes(container.store)
+        #expect(stored <= Self.capacity + Self.request, "the store holds \(stored) bytes")
+    }
+
+    /// Bad input gets one line, exit 64 or 1, and leaves the store as it was.
+    @Test func badCapacityInputIsRefused() throws {
+        let container = try MountedContainer()
+        let before = try runProgram(["ls", "-laR", container.store]).stdout
+        for (arguments, status) in [(["capacity", container.store, "eight"], Int32(64)), (["capacity", container.store, "-5M"], 64),
+                                    (["capacity", container.store, "0"], 64), (["capacity", container.base + "/missing", "8M"], 1)] {
+            let result = try containerfs(arguments)
+            #expect(result.status == status, "\(arguments): \(result)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(arguments): \(result)")
+        }
+        #expect(try runProgram(["ls", "-laR", container.store]).stdout == before)
+        let created = try containerfs(["create", container.base + "/other", "--bundle", container.base + "/Demo.app", "--capacity", "lots"])
+        #expect(created.status == 64 && created.stderr.split(separator: "\n").count == 1, "\(created)")
+        #expect(access(container.base + "/other", F_OK) != 0, "no store made")
+    }
+
+    /// Low storage before launch: tmp first, then caches least recently used first, only
+    /// as much as needed, printed; folders emptied below Library/Caches go too; a running
+    /// container is never purged; a threshold above the capacity is refused.
+    @Test func lowStoragePurgesOnlyWhatIsNeeded() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        let write = """
+            import os, sys
+            store = sys.argv[1]
+            def put(path, size, age):
+                full = os.path.join(store, path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f: f.write(b"z" * size)
+                when = 1_000_000_000 + age
+                os.utime(full, (when, when))
+            put("tmp/scratch", 1 << 20, 0)
+            put("Library/Caches/old/a", 2 << 20, 10)
+            put("Library/Caches/new/b", 2 << 20, 20)
+            put("Documents/d", 2 << 20, 0)
+            """
+        let made = try runProgram(["/usr/bin/python3", "-c", write, container.store])
+        try #require(made.status == 0, "\(made)")
+
+        let tooMuch = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "9M"])
+        #expect(tooMuch.status == 64 && tooMuch.stderr.split(separator: "\n").count == 1, "\(tooMuch)")
+        #expect(access(container.stored("tmp/scratch"), F_OK) == 0, "nothing purged on bad input")
+
+        let mounted = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "3M"])
+        try #require(mounted.status == 0, "\(mounted)")
+        #expect(mounted.stdout.contains("emptied") && mounted.stdout.contains("Library/Caches/old/a"), "\(mounted)")
+        #expect(!mounted.stdout.contains("new/b"), "\(mounted)")
+        #expect(access(container.stored("tmp/scratch"), F_OK) != 0)
+        #expect(access(container.stored("Library/Caches/old"), F_OK) != 0, "the emptied folder went")
+        #expect(access(container.stored("Library/Caches/new/b"), F_OK) == 0, "only what was needed")
+        #expect(access(container.stored("Library/Caches"), F_OK) == 0 && access(container.stored("tmp"), F_OK) == 0)
+        #expect(access(container.stored("Documents/d"), F_OK) == 0)
+
+        // Running: never purged.
+        let running = try containerfs(["purge", container.store, "--caches", "--until-free", "7M"])
+        #expect(running.status == 1 && running.stderr.contains("in use"), "\(running)")
+        #expect(access(container.stored("Library/Caches/new/b"), F_OK) == 0)
+        container.unmount()
+        let purged = try containerfs(["purge", container.store, "--caches", "--until-free", "5M"])
+        #expect(purged.status == 0 && purged.stdout.contains("new/b"), "\(purged)")
+        #expect(access(container.stored("Library/Caches/new"), F_OK) != 0 && access(container.stored("Library/Caches"), F_OK) == 0)
+    }
+
+    /// usage gives capacity, used, free and availableForImportantUsage (free + the cache
+    /// and tmp bytes), in --json and in the table.
+    @Test func usageReportsTheDevice() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        try Data(repeating: 1, count: 1 << 20).write(to: URL(fileURLWithPath: container.mounted("Documents/d")))
+        try Data(repeating: 2, count: 300_000).write(to: URL(fileURLWithPath: container.mounted("Library/Caches/c")))
+        try Data(repeating: 3, count: 5000).write(to: URL(fileURLWithPath: container.mounted("tmp/t")))
+        let result = try containerfs(["usage", container.store, "--json"])
+        let object = try #require((try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]])?.first, "\(result)")
+        let used = try Self.storeBytes(container.store)
+        #expect(object["capacity"] as? Int == Self.capacity)
+        #expect(object["used"] as? Int == used)
+        #expect(object["free"] as? Int == Self.capacity - used)
+        #expect(object["availableForImportantUsage"] as? Int == Self.capacity - used + 305_000)
+        var device = statvfs()
+        #expect(statvfs(container.mountpoint, &device) == 0)
+        #expect(abs(Int(device.f_bavail) * Int(device.f_frsize) - (Self.capacity - used)) <= 4096, "statfs agrees with usage")
+        let table = try containerfs(["usage", container.store])
+        #expect(table.stdout.contains("capacity  8.0 MiB") && table.stdout.contains("available for important usage"), "\(table)")
+    }
+
+    /// `git commit` of a file larger than the space left fails cleanly, and the repository
+    /// stays valid (`git fsck`); after freeing space a commit succeeds.
+    @Test func gitCommitOnAFullDiskLeavesTheRepositoryValid() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let repository = container.mounted("Documents/repo")
+        let git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", repository]
+        #expect(try runProgram(["git", "init", "-q", repository]).status == 0)
+        try Data("first\n".utf8).write(to: URL(fileURLWithPath: repository + "/small.txt"))
+        #expect(try runProgram(git + ["add", "small.txt"]).status == 0)
+        #expect(try runProgram(git + ["commit", "-qm", "first"]).status == 0)
+        // Random data does not compress: the object cannot fit.
+        let big = try runProgram(["sh", "-c", "head -c 12582912 /dev/urandom > /tmp/cfs-capacity-big && cp /tmp/cfs-capacity-big \(repository)/big.bin; echo $?; rm -f /tmp/cfs-capacity-big"])
+        #expect(big.stdout.hasPrefix("1") || big.stderr.contains("No space left"), "\(big)")
+        try? FileManager.default.removeItem(atPath: repository + "/big.bin")
+        let filler = try runProgram(["sh", "-c", "head -c 7000000 /dev/urandom > \(repository)/big.bin"])
+        #expect(filler.status == 0, "\(filler)")
+        let added = try runProgram(git + ["add", "big.bin"])
+        let commit = added.status == 0 ? try runProgram(git + ["commit", "-qm", "big"]) : added
+        #expect(commit.status != 0 && commit.stderr.contains("No space left"), "\(commit)")
+        let fsck = try runProgram(git + ["fsck", "--no-dangling"])
+        #expect(fsck.status == 0, "\(fsck)")
+        #expect(try runProgram(git + ["log", "--oneline"]).stdout.split(separator: "\n").count == 1)
+        try FileManager.default.removeItem(atPath: repository + "/big.bin")
+        try Data("second\n".utf8).write(to: URL(fileURLWithPath: repository + "/small.txt"))
+        #expect(try runProgram(git + ["commit", "-qam", "second"]).status == 0)
+        #expect(try runProgram(git + ["fsck"]).status == 0)
+    }
+}

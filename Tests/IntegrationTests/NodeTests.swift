@@ -1,0 +1,371 @@
+import ContainerPurge
+import ContainerStore
+import Foundation
+import Glibc
+import Testing
+
+// How the daemon holds nodes (issue 18, docs/architecture.md "Nodes, not paths"): more
+// nodes than descriptors, from a login shell's limit; cold nodes reopened, never as another
+// file; a deleted file's blocks freed at once; a deep folder chain moved between areas.
+//
+// Sizes: CONTAINERFS_TEST_SCALE_FILES=N runs the many-files test with N files per area
+// under the machine's own hard limit (as issue 18 asks: 100000); by default it uses
+// 4000 files per area with the daemon's hard limit lowered to 2048 (a cache of 1024),
+// which goes as far beyond the descriptors in a fraction of the time. CONTAINERFS_TEST_SCALE_TREE (default 10000)
+// sizes the git and tar trees, CONTAINERFS_TEST_SCALE_DEPTH (default 20000) the chain.
+
+/// A number from the environment, or `fallback`.
+private func scale(_ name: String, _ fallback: Int) -> Int {
+    ProcessInfo.processInfo.environment[name].flatMap { Int($0) } ?? fallback
+}
+
+/// The shell words that give the daemon a login shell's soft limit of 1024 descriptors
+/// (and, unless the full-size run is asked for, a hard limit of 2048).
+private func loginShellLimits(fullSize: Bool) -> String {
+    fullSize ? "ulimit -S -n 1024" : "ulimit -S -n 1024 && ulimit -H -n 2048"
+}
+
+/// The environment of this test process with `extra` added (for the daemon).
+private func environment(_ extra: [String: String]) -> [String: String] {
+    ProcessInfo.processInfo.environment.merging(extra) { $1 }
+}
+
+/// Creates, stats, lists, reads and deletes N files in Documents/scale and
+/// Library/Caches/scale below argv[1]; prints the rate of each step; exits 1 on any error.
+private let manyFilesScript = #"""
+import os, sys, time
+base, n = sys.argv[1], int(sys.argv[2])
+for area in ("Documents/scale", "Library/Caches/scale"):
+    d = os.path.join(base, area)
+    os.mkdir(d)
+    steps = []
+    t = time.monotonic()
+    for i in range(n):
+        fd = os.open(f"{d}/f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, b"%d\n" % i)
+        os.close(fd)
+    steps.append(("create", time.monotonic()))
+    for i in range(n):
+        assert os.stat(f"{d}/f{i}").st_size == len(b"%d\n" % i)
+    steps.append(("stat", time.monotonic()))
+    names = os.listdir(d)
+    assert len(names) == n, len(names)
+    steps.append(("list", time.monotonic()))
+    for i in range(n):
+        with open(f"{d}/f{i}", "rb") as f:
+            assert f.read() == b"%d\n" % i
+    steps.append(("read", time.monotonic()))
+    for i in range(n):
+        os.unlink(f"{d}/f{i}")
+    os.rmdir(d)
+    steps.append(("delete", time.monotonic()))
+    for name, end in steps:
+        print(f"{area} {name}: {n / max(end - t, 1e-9):.0f} files/s")
+        t = end
+"""#
+
+@Suite("Nodes", .serialized)
+struct NodeTests {
+    static let alice = "cfs-alice"
+
+    /// From a shell whose soft limit is 1024, through `mount` and through `run`, as root and
+    /// as an ordinary user: many more files than the daemon has descriptors are created,
+    /// stated, listed, read and deleted, in Documents and in Library/Caches (tagged).
+    @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false), (alice, true)])
+    func manyFilesFromALoginShell(user: String?, throughRun: Bool) throws {
+        let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_FILES"] != nil
+        let count = scale("CONTAINERFS_TEST_SCALE_FILES", 4_000)
+        let container = try MountedContainer(user: user)
+        defer { container.unmount() }
+        let limits = loginShellLimits(fullSize: full)
+        let started = Date()
+        let result: ProgramResult
+        if throughRun {
+            result = try runProgram(["sh", "-c", "\(limits) && exec \"$0\" run \"$1\" -- /usr/bin/python3 -c \"$2\" . \"$3\"",
+                                     containerfsBinary, container.store, manyFilesScript, "\(count)"], user: user)
+        } else {
+            let mounted = try runProgram(["sh", "-c", "\(limits) && exec \"$0\" mount \"$1\" \"$2\"",
+                                          containerfsBinary, container.store, container.mountpoint], user: user)
+            try #require(mounted.status == 0, "\(mounted)")
+            result = try runProgram(["/usr/bin/python3", "-c", manyFilesScript, container.mountpoint, "\(count)"], user: user)
+        }
+        #expect(result.status == 0, "\(result)")
+        print("manyFiles user=\(user ?? "root") run=\(throughRun) n=\(count) \(String(format: "%.1f", Date().timeIntervalSince(started)))s\n\(result.stdout)")
+        if !throughRun { container.unmount() }
+        // Nothing left behind in the store, and the store is whole.
+        #expect(access(container.stored("Documents/scale"), F_OK) != 0)
+        #expect(access(container.stored("Library/Caches/scale"), F_OK) != 0)
+    }
+
+    /// `git clone` of a large local repository and `tar -x` of a large tree into a
+    /// container mounted from a login shell's limit: `git status` and `git fsck` are clean
+    /// and `tar --compare` finds every entry as archived.
+    @Test func gitCloneAndTarOfLargeTrees() throws {
+        let count = scale("CONTAINERFS_TEST_SCALE_TREE", 10_000)
+        let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_TREE"] != nil
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let source = container.base + "/source"
+        // A tree of `count` files in folders of 100, as a repository and as a tarball.
+        let make = try runProgram(["/usr/bin/python3", "-c", """
+            import os, sys
+            root, n = sys.argv[1], int(sys.argv[2])
+            for i in range(n):
+                d = os.path.join(root, "d%03d" % (i // 100))
+                os.makedirs(d, exist_ok=True)
+                with open(os.path.join(d, "f%05d.txt" % i), "w") as f: f.write("file %d\\n" % i)
+            """, source, "\(count)"])
+        try #require(make.status == 0, "\(make)")
+        let git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+        for step in [git + ["-C", source, "init", "-q"], git + ["-C", source, "add", "-A"],
+                     git + ["-C", source, "commit", "-qm", "tree"],
+                     git + ["clone", "-q", "--bare", source, container.base + "/repo.git"],
+                     ["tar", "-cf", container.base + "/tree.tar", "-C", source, "."]] {
+            let done = try runProgram(step)
+            try #require(done.status == 0, "\(step): \(done)")
+        }
+        let mounted = try runProgram(["sh", "-c", "\(loginShellLimits(fullSize: full)) && exec \"$0\" mount \"$1\" \"$2\"",
+                                      containerfsBinary, container.store, container.mountpoint])
+        try #require(mounted.status == 0, "\(mounted)")
+
+        var started = Date()
+        let clone = try runProgram(git + ["clone", "-q", "--no-hardlinks", "file://" + container.base + "/repo.git", container.mounted("Documents/clone")])
+        #expect(clone.status == 0, "\(clone)")
+        let cloneSeconds = Date().timeIntervalSince(started)
+        let status = try runProgram(git + ["-C", container.mounted("Documents/clone"), "status", "--porcelain"])
+        #expect(status.status == 0 && status.stdout.isEmpty, "\(status)")
+        let fsck = try runProgram(git + ["-C", container.mounted("Documents/clone"), "fsck", "--full", "--strict"])
+        #expect(fsck.status == 0, "\(fsck)")
+
+        started = Date()
+        try FileManager.default.createDirectory(atPath: container.mounted("Library/Caches/tree"), withIntermediateDirectories: false)
+        let untar = try runProgram(["tar", "-xf", container.base + "/tree.tar", "-C", container.mounted("Library/Caches/tree")])
+        #expect(untar.status == 0, "\(untar)")
+        let untarSeconds = Date().timeIntervalSince(started)
+        let compare = try runProgram(["tar", "--compare", "-f", container.base + "/tree.tar", "-C", container.mounted("Library/Caches/tree")])
+        #expect(compare.status == 0 && compare.stdout.isEmpty, "\(compare)")
+        print("gitClone n=\(count): clone \(String(format: "%.1f", cloneSeconds))s, tar -x \(String(format: "%.1f", untarSeconds))s")
+    }
+
+    /// A cold node (its descriptor evicted from a 16-entry cache), held by a program as an
+    /// `O_PATH` descriptor through the mount, whose file is renamed or replaced behind the
+    /// daemon is served as itself or refused (ENOENT, ESTALE), never as the other file;
+    /// one renamed through the mount from another folder is served. By file handle (root)
+    /// and by name (root told to, and an ordinary user's daemon). `timeout=0`, so the
+    /// kernel asks the daemon every time.
+    @Test(arguments: [(String?.none, "handles"), (String?.none, "names"), (alice, "names")])
+    func coldNodesAreNeverAnotherFile(user: String?, reopening: String) throws {
+        let container = try MountedContainer(user: user)
+        defer { container.unmount() }
+        var extra = ["CONTAINERFS_TEST_NODE_CACHE": "16"]
+        if reopening == "names" { extra["CONTAINERFS_TEST_NODE_REOPEN"] = "names" }
+        let mounted = try runProgram([containerfsBinary, "mount", container.store, container.mountpoint, "-o", "timeout=0"],
+                                     user: user, environment: environment(extra))
+        try #require(mounted.status == 0, "\(mounted)")
+        let script = #"""
+            import errno, os, sys
+            mnt, store = sys.argv[1], sys.argv[2]
+            docs = mnt + "/Documents"
+            for d in ("a", "b", "other"): os.mkdir(f"{docs}/{d}")
+            for name in ("x", "y", "m"):
+                with open(f"{docs}/a/{name}", "w") as f: f.write(name + "-content")
+            held = {name: os.open(f"{docs}/a/{name}", os.O_PATH) for name in ("x", "y", "m")}
+            inode = {name: os.fstat(fd).st_ino for name, fd in held.items()}
+            def cool():
+                for i in range(64):
+                    with open(f"{docs}/other/f{i}", "w") as f: f.write("o")
+            def check(name):
+                # The node itself: fstat of the O_PATH descriptor and an open through it.
+                try:
+                    st = os.fstat(held[name])
+                    with open(f"/proc/self/fd/{held[name]}") as f: content = f.read()
+                except OSError as e:
+                    if e.errno in (errno.ENOENT, errno.ESTALE): return "refused"
+                    raise
+                assert content == name + "-content", (name, content)
+                assert st.st_ino == inode[name], (name, st.st_ino, inode)
+                return "served"
+            cool()
+            # Behind the daemon: x is renamed to z, then y replaces x.
+            os.rename(f"{store}/Documents/a/x", f"{store}/Documents/a/z")
+            os.rename(f"{store}/Documents/a/y", f"{store}/Documents/a/x")
+            print("x", check("x"))
+            cool()
+            print("y", check("y"))
+            # Through the mount, from another folder: m moves to b while cold.
+            cool()
+            os.rename(f"{docs}/a/m", f"{docs}/b/m2")
+            cool()
+            assert check("m") == "served"
+            with open(f"{docs}/b/m2") as f: assert f.read() == "m-content"
+            print("m served")
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, container.store], user: user)
+        #expect(result.status == 0, "\(result)")
+        if reopening == "handles" {
+            // A file handle names the node wherever it went: both are served as themselves.
+            #expect(result.stdout.contains("x served") && result.stdout.contains("y served"), "\(result)")
+        }
+        print("coldNodes user=\(user ?? "root") \(reopening): \(result.stdout)")
+    }
+
+    /// Deleting a 100 MiB file through the mount frees its blocks in the store at once
+    /// when no program holds it; one held open keeps them until it is closed. The store
+    /// sits on a tmpfs of its own, so that no other writer moves its free space.
+    @Test(arguments: [[String](), ["nopassthrough"]])
+    func deletingAFileFreesItsBlocks(options: [String]) throws {
+        let base = try makeTemporaryDirectory()
+        let bundle = base + "/Demo.app", store = base + "/fs/store", mountpoint = base + "/mnt"
+        try FileManager.default.createDirectory(atPath: base + "/fs", withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        let tmpfs = try runProgram(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", base + "/fs"])
+        try #require(tmpfs.status == 0, "\(tmpfs)")
+        defer {
+            _ = try? containerfs(["unmount", mountpoint])
+            _ = try? runProgram(["umount", "-l", base + "/fs"])
+            _ = try? runProgram(["rm", "-rf", base])
+        }
+        let created = try containerfs(["create", store, "--bundle", bundle])
+        try #require(created.status == 0, "\(created)")
+        let mounted = try containerfs(["mount", store, mountpoint] + options.flatMap { ["-o", $0] })
+        try #require(mounted.status == 0, "\(mounted)")
+        let container = (mountpoint: mountpoint, store: store)
+        let script = #"""
+            import os, sys, time
+            mnt, store = sys.argv[1], sys.argv[2]
+            def free():
+                s = os.statvfs(store)
+                return s.f_bfree * s.f_frsize
+            def written(path):
+                with open(path, "wb") as f:
+                    for _ in range(100): f.write(b"\x5a" * (1 << 20))
+                    f.flush(); os.fsync(f.fileno())
+                os.stat(path)
+            def freed_within(before, seconds):
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    if free() - before >= 90 << 20: return True
+                    time.sleep(0.01)
+                return False
+            path = mnt + "/Documents/big"
+            written(path)
+            with open(path, "rb") as f: f.read(4096)
+            before = free()
+            os.unlink(path)
+            assert freed_within(before, 1), ("not freed at once", free() - before)
+            # Held open while deleted: kept until closed, then freed.
+            written(path)
+            held = open(path, "rb")
+            before = free()
+            os.unlink(path)
+            assert not freed_within(before, 0.3), "freed while held open"
+            assert len(held.read(1 << 20)) == 1 << 20
+            assert os.fstat(held.fileno()).st_size == 100 << 20
+            held.close()
+            # RELEASE reaches the daemon just after close(2) returns.
+            assert freed_within(before, 2), ("not freed at close", free() - before)
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, container.store])
+        #expect(result.status == 0, "\(result)")
+    }
+
+    /// A folder chain 20,000 deep, known to the kernel, moves between Documents,
+    /// Library/Caches and tmp; each move is quick and the deepest file's area follows
+    /// (a use of it is recorded in Caches, not in Documents).
+    @Test func deepChainMovesBetweenAreas() throws {
+        let depth = scale("CONTAINERFS_TEST_SCALE_DEPTH", 20_000)
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try container.mount()
+        let script = #"""
+            import os, sys, time
+            mnt, depth = sys.argv[1], int(sys.argv[2])
+            fd = os.open(mnt + "/Documents", os.O_RDONLY | os.O_DIRECTORY)
+            os.mkdir("chain", dir_fd=fd)
+            top = fd
+            for i in range(depth):
+                name = "chain" if i == 0 else "d"
+                if i > 0: os.mkdir(name, dir_fd=fd)
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                if fd != top: os.close(fd)
+                fd = nfd
+            leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(leaf, b"leaf"); os.close(leaf)
+            os.utime("leaf", (978307200, 978307200), dir_fd=fd)    # 2001: older than any use
+            print("inode", os.stat("leaf", dir_fd=fd).st_ino)
+            def use():
+                t = time.time_ns()
+                f = os.open("leaf", os.O_RDONLY, dir_fd=fd); os.read(f, 4); os.close(f)
+                return t
+            def move(source, target):
+                t = time.monotonic()
+                os.rename(mnt + "/" + source + "/chain", mnt + "/" + target + "/chain")
+                seconds = time.monotonic() - t
+                print("move", source, "->", target, f"{seconds:.3f}")
+                # Linear: milliseconds here; quadratic, it took 5 s at this depth.
+                assert seconds < 2, f"moving the chain took {seconds:.1f} s"
+            move("Documents", "Library/Caches")
+            print("cached", use())
+            move("Library/Caches", "tmp")
+            print("temporary", use())
+            move("tmp", "Documents")
+            print("documents", use())
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, "\(depth)"])
+        try #require(result.status == 0, "\(result)")
+        print("deepChain depth=\(depth):\n\(result.stdout)")
+        container.unmount()
+        var values: [String: Int64] = [:]
+        for line in result.stdout.split(separator: "\n") {
+            let words = line.split(separator: " ")
+            if words.count == 2, let value = Int64(words[1]) { values[String(words[0])] = value }
+        }
+        let inode = try #require(values["inode"])
+        let cached = try #require(values["cached"]), temporary = try #require(values["temporary"]), documents = try #require(values["documents"])
+        let uses = try #require(UseTable.openForReading(try Store.open(container.store)))
+        let last = uses.lastUse(inode: UInt64(inode))
+        // Recorded in tmp (after the one in Caches), not in Documents.
+        #expect(last >= temporary && last < documents, "last use \(last); Caches \(cached), tmp \(temporary), Documents \(documents)")
+    }
+
+    /// With a descriptor limit of 64, a program holding 200 files open gets EMFILE for the
+    /// opens beyond what the daemon can hold; the daemon keeps serving (every file reads
+    /// back once closed) and says once in its log what ran out.
+    @Test func runningOutOfDescriptorsFailsOneRequestAndIsLoggedOnce() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" mount -f \"$1\" \"$2\"",
+                                            containerfsBinary, container.store, container.mountpoint])
+        let deadline = Date().addingTimeInterval(10)
+        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
+        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let script = #"""
+            import errno, os, sys
+            docs = sys.argv[1] + "/Documents"
+            held, refused = [], 0
+            for i in range(200):
+                try:
+                    held.append(os.open(f"{docs}/f{i}", os.O_RDWR | os.O_CREAT, 0o644))
+                except OSError as e:
+                    assert e.errno == errno.EMFILE, e
+                    refused += 1
+            for fd in held: os.write(fd, b"kept"); os.close(fd)
+            print("held", len(held), "refused", refused)
+            assert refused > 0 and len(held) > 0
+            # The daemon still serves: more files than its limit, one at a time.
+            for i in range(300):
+                with open(f"{docs}/g{i}", "w") as f: f.write(str(i))
+            for i in range(300):
+                with open(f"{docs}/g{i}") as f: assert f.read() == str(i)
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint])
+        #expect(result.status == 0, "\(result)")
+        container.unmount()
+        let log = daemon.wait(seconds: 10).stderr
+        let lines = log.split(separator: "\n").filter { $0.contains("out of file descriptors") }
+        #expect(lines.count == 1, "daemon log: \(log)")
+        print("exhaustion: \(result.stdout)\(lines.first ?? "")")
+    }
+}
