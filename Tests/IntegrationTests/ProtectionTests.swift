@@ -290,7 +290,7 @@ struct ProtectionThroughMountTests {
         #expect(!FileManager.default.fileExists(atPath: container.stored("Documents/new")))
     }
 
-    @Test("status shows the state, mount point and daemon; --json")
+    @Test("status shows the state, mount point, daemon and capacity; --json; a complete file is held to the capacity")
     func status() throws {
         try withMountedContainer(options: ["locked"]) { container in
             let text = try containerfs(["status", container.store])
@@ -302,6 +302,23 @@ struct ProtectionThroughMountTests {
             #expect(object?["state"] as? String == "locked")
             #expect(object?["mountpoint"] as? String == container.mountpoint)
             #expect((object?["pid"] as? Int ?? 0) > 0)
+            #expect(object?["capacity"] is NSNull, "no capacity: \(json)")
+            // The capacity command shares the control socket with lock, unlock and status:
+            // `capacity` on the live mount needs the daemon's `ok N` answer.
+            let capacity = try containerfs(["capacity", container.store, "8M"])
+            #expect(capacity.status == 0, "\(capacity)")
+            let sized = try containerfs(["status", container.store])
+            #expect(sized.stdout.contains("state: locked\n") && sized.stdout.hasSuffix("capacity: 8.0 MiB\n"), "\(sized)")
+            let sizedJSON = try JSONSerialization.jsonObject(with: Data(try containerfs(["status", container.store, "--json"]).stdout.utf8)) as? [String: Any]
+            #expect(sizedJSON?["capacity"] as? Int == 8 << 20)
+            // A complete file's writes (guarded, never passed through) are held to the capacity too.
+            #expect(try containerfs(["unlock", container.store]).status == 0)
+            try FileManager.default.createDirectory(atPath: container.mounted("Documents/c"), withIntermediateDirectories: false)
+            #expect(try containerfs(["protect", container.stored("Documents/c"), "--class", "complete"]).status == 0)
+            let dd = try runProgram(["/usr/bin/dd", "if=/dev/zero", "of=" + container.mounted("Documents/c/big"), "bs=1M", "count=16"])
+            #expect(dd.status != 0 && dd.stderr.contains("No space left"), "\(dd)")
+            let stored = (try? FileManager.default.attributesOfItem(atPath: container.stored("Documents/c/big"))[.size] as? Int) ?? nil
+            #expect((stored ?? Int.max) <= 8 << 20, "the store holds \(String(describing: stored)) bytes")
         }
     }
 
