@@ -46,6 +46,8 @@ python3 "$here/bench.py" "$@" || status=$?
 "$here/objectstore.sh" "$@" || status=$?
 # Tags and purge (issue 4): tagging overhead, and purge against rm of the same files.
 "$here/purge.sh" "$1" || status=$?
+# Data protection (issue 14): a complete folder (no passthrough) against a none folder.
+python3 "$here/protection.py" "$1" || status=$?
 # Capacity (issue 13): the price of the accounting, and the mount-time walk.
 "$here/capacity.sh" "$1" || status=$?
 # What one synchronous hop costs here: the floor under the metadata rows.

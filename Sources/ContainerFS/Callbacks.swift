@@ -74,6 +74,13 @@ private func setHandle(_ info: UnsafeMutablePointer<fuse_file_info>?, _ fd: Int3
     }
 }
 
+/// Marks an open file of class `complete` guarded: its reads and writes reach the daemon
+/// and are checked against the device state (SPEC §11, `DataProtection`).
+private func markGuarded(_ info: UnsafeMutablePointer<fuse_file_info>?, _ ino: fuse_ino_t, _ fs: FileSystem) {
+    info!.pointee.fh |= DataProtection.guardedBit
+    fs.protection.opened(ino)
+}
+
 @inline(__always)
 private func directory(_ info: UnsafeMutablePointer<fuse_file_info>?) -> DirectoryHandle {
     Unmanaged<DirectoryHandle>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(info!.pointee.fh))!).takeUnretainedValue()
@@ -109,6 +116,10 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
             let fh = info.map { Int32(truncatingIfNeeded: $0.pointee.fh) }
+            if toSet & FUSE_SET_ATTR_SIZE != 0 {   // SPEC §11: a truncate by name is an open
+                if info == nil { _ = try fs.admitOpen(caller(request), ino, "truncate") }
+                if DataProtection.isGuarded(info) { try fs.admitGuarded(caller(request), ino, "truncate") }
+            }
             replyAttributes(request, try fs.setattr(caller(request), ino, attr!.pointee, toSet, fh), fs)
         }
     }
@@ -151,12 +162,15 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.open = { request, ino, info in
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
+            let guarded = try fs.admitOpen(caller(request), ino, "open")   // SPEC §11
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }   // a truncating open
-            let backing = fs.passthrough(ino)
-            setHandle(info, fd, backed: backing != 0, directIO: directIO)
+            let backing = guarded ? 0 : fs.passthrough(ino)
+            setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
+            if guarded { markGuarded(info, ino, fs) }
             fs.countOpened(ino)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
+                if guarded { fs.protection.released(ino) }
                 fs.countClosed(ino, fd)
                 close(fd)
                 fs.closed(ino)
@@ -166,30 +180,45 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.create = { request, parent, name, mode, info in
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
+            let guarded = try fs.admitCreation(caller(request), in: parent, cfuse_request_is_tmpfile() ? "open" : "create")
             var (entry, fd, directIO) = cfuse_request_is_tmpfile()
                 ? try fs.tmpfile(caller(request), parent, mode, cfuse_open_flags(info))
                 : try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), entry.ino) }   // it truncated a file
-            let backing = fs.passthrough(entry.ino)
-            setHandle(info, fd, backed: backing != 0, directIO: directIO)
+            let backing = guarded ? 0 : fs.passthrough(entry.ino)
+            setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
+            if guarded { markGuarded(info, entry.ino, fs) }
             fs.countOpened(entry.ino)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
+                if guarded { fs.protection.released(entry.ino) }
                 fs.countClosed(entry.ino, fd)
                 close(fd)
                 fs.closed(entry.ino)
             }
         }
     }
-    ops.read = { request, _, size, offset, info in
-        // The policy was applied when the file was opened; a read passes straight to the store.
-        cfuse_reply_fd_data(request, handle(info), offset, size)
+    ops.read = { request, ino, size, offset, info in
+        // The policy was applied when the file was opened; a read passes straight to the
+        // store, unless the file is `complete` and the device locked (SPEC §11).
+        guard DataProtection.isGuarded(info) else {
+            cfuse_reply_fd_data(request, handle(info), offset, size)
+            return
+        }
+        let fs = fileSystem(request)
+        if !fs.protection.whileAvailable({ _ = cfuse_reply_fd_data(request, handle(info), offset, size) }) {
+            fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "read"))
+        }
     }
     ops.write = { request, ino, buffer, size, offset, info in
         // Only a descriptor opened for writing, after the policy allowed it, receives writes.
         // Within the container's capacity, if it has one: a short write, or ENOSPC.
         let fs = fileSystem(request)
-        if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
-        respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(handle(info), buffer, size, offset)) }
+        let write = {
+            if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
+            respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(handle(info), buffer, size, offset)) }
+        }
+        guard DataProtection.isGuarded(info) else { return write() }
+        if !fs.protection.whileAvailable(write) { fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "write")) }
     }
     ops.flush = { request, _, info in
         // Closing a duplicate gives the store the close(2) it would have seen (locks, NFS).
@@ -197,6 +226,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.release = { request, ino, info in
+        if DataProtection.isGuarded(info) { fileSystem(request).protection.released(ino) }
         Tagging.released(handle(info))
         fileSystem(request).countClosed(ino, handle(info))
         close(handle(info))
@@ -268,12 +298,15 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.fallocate = { request, ino, mode, offset, length, info in
         respond(request) { () throws(Errno) in
+            if DataProtection.isGuarded(info) { try fileSystem(request).admitGuarded(caller(request), ino, "fallocate") }
             try fileSystem(request).fallocate(caller(request), ino, handle(info), mode, offset, length)
             fuse_reply_err(request, 0)
         }
     }
     ops.copy_file_range = { request, input, inputOffset, inputInfo, output, outputOffset, outputInfo, length, flags in
         respond(request) { () throws(Errno) in
+            if DataProtection.isGuarded(inputInfo) { try fileSystem(request).admitGuarded(caller(request), input, "copy_file_range") }
+            if DataProtection.isGuarded(outputInfo) { try fileSystem(request).admitGuarded(caller(request), output, "copy_file_range") }
             let copied = try fileSystem(request).copyFileRange(
                 caller(request), from: input, handle(inputInfo), inputOffset,
                 to: output, handle(outputInfo), outputOffset, length, UInt32(bitPattern: Int32(flags)))

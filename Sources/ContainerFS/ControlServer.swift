@@ -56,6 +56,13 @@ final class ControlServer: @unchecked Sendable {
                 fileSystem.space.reload(store)
                 continue
             }
+            if let command = DeviceControl.command(in: buffer[0..<count]) {
+                // lock, unlock, status (SPEC §11): answered with the state, nothing else follows.
+                let state = command == .status ? fileSystem.protection.current
+                    : fileSystem.protection.switchState(locked: command == .lock, session: session)
+                _ = state.rawValue.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                return
+            }
             guard let path = ContainerPath(bytes: buffer[0..<count]) else { continue }
             fileSystem.invalidate(path, session: session)
             changedBehind = true

@@ -39,6 +39,8 @@ final class FileSystem: @unchecked Sendable {
     /// Whether set-user-ID and set-group-ID bits are dropped from every mode a caller gives
     /// a file that is not a folder (`-o nosetid`, which `run` uses).
     var noSetID = false
+    /// Data protection: the device state and the open files of class `complete` (SPEC §11).
+    let protection = DataProtection()
     /// A root daemon creates files as root; they are handed to the caller afterwards.
     private let daemonIsRoot = geteuid() == 0
     /// The space used against the container's capacity, if it has one (Capacity.swift).
@@ -398,6 +400,7 @@ final class FileSystem: @unchecked Sendable {
             let pathFD = try sys { clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC) }
             var param = try entry(holding: pathFD, in: directory, named: nil, location)
             let node = try inodes.inode(param.ino)
+            inheritProtection(from: directory, to: node)
             // It has no name to be reopened by: its descriptor stays until its last open
             // file closes.
             inodes.unnamed(node)
@@ -471,6 +474,7 @@ final class FileSystem: @unchecked Sendable {
         try check(.changeMetadata(location), caller, "setxattr", [(path(node), location)])
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
+        try checkProtectionAttribute(caller, node, location, name, UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : size))
         try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
     }
 
@@ -479,6 +483,7 @@ final class FileSystem: @unchecked Sendable {
         let location = inodes.location(of: node)
         try check(.changeMetadata(location), caller, "removexattr", [(path(node), location)])
         guard !node.isSymlink else { throw Errno(EPERM) }
+        try checkProtectionAttribute(caller, node, location, name, nil)
         try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_removexattr(fd, name) } }
     }
 
@@ -653,7 +658,9 @@ final class FileSystem: @unchecked Sendable {
     /// another request could already have moved.
     private func created(_ caller: Caller, _ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ location: Location) throws(Errno) -> fuse_entry_param {
         var param = try entry(directory, name, childName, location)
-        try handOver(caller, directory, inodes.inode(param.ino), &param)
+        let node = try inodes.inode(param.ino)
+        inheritProtection(from: directory, to: node)
+        try handOver(caller, directory, node, &param)
         return param
     }
 

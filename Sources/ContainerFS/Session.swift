@@ -26,6 +26,9 @@ public struct MountOptions: Sendable {
     /// chmod, create and mknod drop them. `run` mounts with it, so that a program root ran
     /// cannot leave a root set-user-ID program in the store.
     public var noSetID = false
+    /// Start locked since boot (`locked`; SPEC §11): data of classes other than `none`
+    /// stays unavailable until `containerfs unlock`.
+    public var locked = false
     /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
@@ -54,6 +57,7 @@ public struct MountOptions: Sendable {
             case "writeback", "writeback_cache": options.writeback = true
             case "nopassthrough": options.passthrough = false
             case "nosetid": options.noSetID = true
+            case "locked": options.locked = true
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
@@ -120,6 +124,7 @@ public final class Session {
         }
         fileSystem.writeback = options.writeback
         fileSystem.noSetID = options.noSetID
+        fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
         // With a capacity, the store is counted once here (a walk: see docs/capacity.md).
         fileSystem.space.reload(store)
         if options.uring == .on { try Self.switchOnKernelUring() }

@@ -39,6 +39,9 @@ public enum Denial: String, Hashable, Sendable, Codable {
     case notInContainer
     /// A name the store uses for itself (the state folder, `CACHEDIR.TAG`) cannot be made.
     case nameIsReserved
+    /// The file's protection class makes its data unavailable in the device's state
+    /// (SPEC §11; `ProtectionPolicy`).
+    case protectedDataUnavailable
 
     /// The errno a program sees (SPEC §2): `EPERM` as iOS's sandbox denial, `EACCES`
     /// for the inbox; a hidden name does not exist.
@@ -46,7 +49,7 @@ public enum Denial: String, Hashable, Sendable, Codable {
         switch self {
         case .bundleIsReadOnly, .structureIsFixed: EPERM
         case .inboxIsReadDeleteOnly: EACCES
-        case .linkWouldExposeReadOnlyFile, .nameIsReserved: EPERM
+        case .linkWouldExposeReadOnlyFile, .nameIsReserved, .protectedDataUnavailable: EPERM
         case .notInContainer: ENOENT
         }
     }
@@ -59,7 +62,7 @@ public enum Denial: String, Hashable, Sendable, Codable {
     var strictness: Int {
         switch self {
         case .notInContainer: 3
-        case .bundleIsReadOnly, .structureIsFixed, .linkWouldExposeReadOnlyFile, .nameIsReserved: 2
+        case .bundleIsReadOnly, .structureIsFixed, .linkWouldExposeReadOnlyFile, .nameIsReserved, .protectedDataUnavailable: 2
         case .inboxIsReadDeleteOnly: 1
         }
     }

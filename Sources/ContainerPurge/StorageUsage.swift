@@ -1,3 +1,4 @@
+import CLinux
 import ContainerPolicy
 import ContainerStore
 import Glibc
@@ -23,6 +24,9 @@ public struct StorageUsage: Sendable {
     }
 
     public var areas: [Area]
+    /// Bytes of the data (every area but the bundle) per protection class (SPEC §11): a
+    /// file's own `user.containerfs.protection`, or the store's default class.
+    public var bytesByClass: [ProtectionClass: Int64] = [:]
 
     /// Held at `Int64.max`: sparse files can claim more than that between them.
     public var totalBytes: Int64 { areas.saturatedSum(\.bytes) }
@@ -42,19 +46,35 @@ public struct StorageUsage: Sendable {
             ("tmp", "tmp", StandardDirectory.tmp.path, ContainerLayout.cacheTagName, false, true),
         ]
         var areas: [Area] = []
+        var bytesByClass: [ProtectionClass: Int64] = [:]
+        let defaultClass = store.defaultProtection
         for (name, path, folder, skipped, backedUp, purgeable) in lines {
             var area = Area(name: name, path: path, backedUp: backedUp, purgeable: purgeable)
             area.offloaded = name == "bundle" && store.offloaded != nil
             let fd = withCName(folder.bytes) { openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             if fd >= 0 {
-                StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { _, info in
+                StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { relative, info in
                     area.bytes = area.bytes.addingSaturated(Int64(info.st_size))
                     area.files += 1
+                    if name != "bundle" {
+                        let protection = protectionClass(store, relative) ?? defaultClass
+                        bytesByClass[protection] = (bytesByClass[protection] ?? 0).addingSaturated(Int64(info.st_size))
+                    }
                 }
             }
             areas.append(area)
         }
-        return StorageUsage(areas: areas)
+        return StorageUsage(areas: areas, bytesByClass: bytesByClass)
+    }
+
+    /// The class a file of the store holds in its own attribute, reached beneath the root.
+    private static func protectionClass(_ store: Store, _ relative: [UInt8]) -> ProtectionClass? {
+        let fd = withCName(relative) { clinux_open_beneath(store.rootFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC, 0) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 48)
+        let count = buffer.withUnsafeMutableBytes { clinux_node_getxattr(fd, ProtectionClass.attributeName, $0.baseAddress, $0.count) }
+        return count > 0 ? ProtectionClass(value: buffer.prefix(count)) : nil
     }
 }
 

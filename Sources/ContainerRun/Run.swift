@@ -1,4 +1,5 @@
 import CLinux
+import ContainerPolicy
 import ContainerSigning
 import ContainerStore
 import Foundation
@@ -22,6 +23,8 @@ public struct Run {
     /// Variables added to the program's environment (`--env`): a value, or nil to take
     /// this process's (none when it has none).
     let addedEnvironment: [(name: String, value: String?)]
+    /// Mount with the device locked since boot (`--locked`, SPEC §11).
+    public var locked = false
     /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
     public var launches: Launches?
 
@@ -70,7 +73,7 @@ public struct Run {
         }
         // No set-ID file may come out of a run: one made by a program root ran would be a
         // root set-user-ID program in the store, which any local user can execute.
-        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: ["nosetid"])
+        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: locked ? ["nosetid", "locked"] : ["nosetid"])
         if let signal = relay.signalBeforeStart { return 128 + signal }
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
@@ -190,9 +193,12 @@ public struct Run {
             if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
         }
         Self.removeMountpoint(mountpoint)
-        let denied = AuditLog.countDenials(stateFD: store.stateFD, since: since)
-        if denied > 0 {
-            FileHandleOutput.standardError.write("\(denied) operation\(denied == 1 ? "" : "s") denied: see containerfs audit \(self.store)\n")
+        let denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= AuditLog.recordTime(since) }
+        if !denials.isEmpty {
+            let denied = denials.count
+            let protected = denials.count { $0.rule == Denial.protectedDataUnavailable.rawValue }
+            let note = protected > 0 ? " (\(protected) protected data unavailable while locked)" : ""
+            FileHandleOutput.standardError.write("\(denied) operation\(denied == 1 ? "" : "s") denied\(note): see containerfs audit \(self.store)\n")
         }
     }
 

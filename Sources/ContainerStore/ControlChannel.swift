@@ -10,7 +10,8 @@ import Glibc
 /// has been told, N being the requests it has served through io_uring so far (0 without
 /// rings; an empty batch only asks for it). A message that starts with a zero byte is a
 /// command instead of a path: `capacityCommand` makes the daemon read the store's capacity
-/// again. Only the daemon's user (and root) can connect: the state folder is 0700.
+/// again; `DeviceControl`'s lock, unlock and status come alone and are answered with the
+/// device state instead. Only the daemon's user (and root) can connect: the state folder is 0700.
 public enum ControlChannel {
     public static let socketName = Array(name: "control.sock")
     /// The message that makes the daemon read `.containerfs/capacity` again.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerPolicy
 import ContainerSigning
 import ContainerStore
 
@@ -20,6 +21,9 @@ struct Create: ParsableCommand {
     @Option(help: "The installer key that signs the bundle; made if missing (default: $XDG_CONFIG_HOME/containerfs/installer.key, see docs/signing.md).")
     var key: String?
 
+    @Option(help: ArgumentHelp("The class of files and folders without their own (default \(ProtectionClass.containerDefault.rawValue)): \(protectionClassNames).", valueName: "CLASS"))
+    var protection: ProtectionClass?
+
     @Option(help: ArgumentHelp("Give the container a capacity, a simulated device size (see 'containerfs capacity').", valueName: "SIZE"))
     var capacity: String?
 
@@ -29,7 +33,12 @@ struct Create: ParsableCommand {
             // The key first: a key that cannot be had leaves no container behind.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
-            let created = try Store.create(at: store, bundle: bundle, installerKey: installerKey)
+            let sign = Store.seal(installerKey)
+            let protection = protection
+            let created = try Store.create(at: store, bundle: bundle, seal: { rootFD, stateFD, bundleName in
+                if let protection { try Store.writeDefaultProtection(protection, stateFD: stateFD) }
+                try sign?(rootFD, stateFD, bundleName)
+            })
             if let bytes = choice?.bytes { try Capacity.write(created, bytes) }
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint)\n")
         }

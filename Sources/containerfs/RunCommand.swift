@@ -57,6 +57,9 @@ struct RunCommand: ParsableCommand {
     @Option(help: "The installer key the bundle was signed with (default: see docs/signing.md).")
     var key: String?
 
+    @Flag(help: "Start with the device locked since boot: only data of class none is available until 'containerfs unlock STORE' (docs/protection.md).")
+    var locked = false
+
     @Option(help: ArgumentHelp("Run the program N times, as N launches of the app.", valueName: "N"))
     var launches: Int?
 
@@ -99,6 +102,7 @@ struct RunCommand: ParsableCommand {
             if let lowStorage { try purgeForLowStorage(try Store.open(store), lowStorage, option: "--low-storage") }
             var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
                           command: command, addedEnvironment: addedEnvironment)
+            run.locked = locked
             if let launches {
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerPolicy
 import ContainerPurge
 import ContainerStore
 import Glibc
@@ -14,7 +15,9 @@ struct UsageCommand: ParsableCommand {
             offloaded app (`containerfs offload`) is marked offloaded. Then the device as the app
             sees it: its capacity (see 'containerfs capacity'; none: the store's file system), the
             bytes used (in blocks, as the capacity counts them), free, and available for important
-            usage (free plus the purgeable cache and tmp bytes, as iOS reports it).
+            usage (free plus the purgeable cache and tmp bytes, as iOS reports it). --json also
+            gives the bytes of the data (all but the bundle) per protection class
+            (bytesByProtection).
             """)
 
     @Argument(help: "Container stores.")
@@ -76,7 +79,10 @@ struct UsageCommand: ParsableCommand {
         let areas = usage.areas.map {
             "{\"area\":\(jsonString($0.name)),\"path\":\(jsonString($0.path)),\"bytes\":\($0.bytes),\"files\":\($0.files),\"backedUp\":\($0.backedUp),\"purgeable\":\($0.purgeable),\"offloaded\":\($0.offloaded)}"
         }
-        output.write("{\"store\":\(jsonString(store.path)),\"areas\":[\(areas.joined(separator: ","))],\"totalBytes\":\(usage.totalBytes),\"totalFiles\":\(usage.totalFiles),\"capacity\":\(device.capacity.map(String.init) ?? "null"),\"used\":\(device.used),\"free\":\(device.free),\"availableForImportantUsage\":\(device.availableForImportantUsage)}")
+        let classes = ProtectionClass.allCases.map { "\(jsonString($0.rawValue)):\(usage.bytesByClass[$0] ?? 0)" }
+        output.write("{\"store\":\(jsonString(store.path)),\"areas\":[\(areas.joined(separator: ","))],\"totalBytes\":\(usage.totalBytes),\"totalFiles\":\(usage.totalFiles),"
+            + "\"capacity\":\(device.capacity.map(String.init) ?? "null"),\"used\":\(device.used),\"free\":\(device.free),\"availableForImportantUsage\":\(device.availableForImportantUsage),"
+            + "\"bytesByProtection\":{\(classes.joined(separator: ","))}}")
     }
 
     private func pad(_ text: String, _ width: Int, right: Bool = false) -> String {

@@ -1,0 +1,159 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+extension Store {
+    /// The state folder's file naming the container's default protection class.
+    static let protectionFile = Array(name: "protection")
+
+    /// The class of every node without its own `user.containerfs.protection` (SPEC §11):
+    /// what `create --protection` recorded, iOS's default otherwise (a store made before
+    /// classes existed, or a file that names no class).
+    public var defaultProtection: ProtectionClass {
+        Self.readDefaultProtection(stateFD: stateFD) ?? ProtectionClass.containerDefault
+    }
+
+    static func readDefaultProtection(stateFD: Int32) -> ProtectionClass? {
+        let fd = withCName(protectionFile) { openat(stateFD, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return nil }
+        var value = buffer.prefix(count)
+        if value.last == UInt8(ascii: "\n") { value = value.dropLast() }
+        return ProtectionClass(value: value)
+    }
+
+    /// Records `protection` as the default class of the store whose state folder is
+    /// `stateFD` (written aside, then renamed into place). Used while creating a store.
+    public static func writeDefaultProtection(_ protection: ProtectionClass, stateFD: Int32) throws(Errno) {
+        let aside = protectionFile + Array(".new".utf8)
+        let fd = try withCName(aside) { (name) throws(Errno) in
+            try sys { openat(stateFD, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644) }
+        }
+        let text = Array((protection.rawValue + "\n").utf8)
+        let written = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let error = Errno.current
+        close(fd)
+        guard written == text.count else { throw written < 0 ? error : Errno(EIO) }
+        try withCName(aside) { (from) throws(Errno) in
+            try withCName(protectionFile) { (to) throws(Errno) in _ = try sys { renameat(stateFD, from, stateFD, to) } }
+        }
+    }
+}
+
+/// The device state of a live mount (SPEC §11), switched through the control socket
+/// (`ControlChannel`): `containerfs lock`, `unlock` and `status`.
+///
+/// Protocol: one message, a NUL byte (which no path holds) and the command's name; the
+/// daemon answers with the state after the command (a `DeviceState` raw value).
+public enum DeviceControl {
+    /// What a command asks the daemon.
+    public enum Command: String, Sendable {
+        case lock, unlock, status
+    }
+
+    /// The message for `command`.
+    public static func message(_ command: Command) -> [UInt8] { [0] + Array(command.rawValue.utf8) }
+
+    /// The command a message names, if it is one (a path message never starts with NUL).
+    public static func command(in message: some Collection<UInt8>) -> Command? {
+        guard message.first == 0 else { return nil }
+        return Command(rawValue: String(decoding: message.dropFirst(), as: UTF8.self))
+    }
+
+    /// The state of the mount of `store` and who serves it.
+    public struct Status: Sendable {
+        public var state: DeviceState
+        public var mountpoint: String
+        public var daemonPID: Int32
+    }
+
+    /// Sends `command` to the daemon serving `store`; one clear line when there is none.
+    public static func send(_ command: Command, to store: Store) throws(UserError) -> Status {
+        guard let holder = MountLock.holder(store) else {
+            throw UserError("the container \(store.path) is not mounted: the device state belongs to a live mount (containerfs mount \(store.path) MOUNTPOINT, or run --locked)")
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
+        defer { close(fd) }
+        var address = ControlChannel.address(stateFD: store.stateFD)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else {
+            throw UserError("the container \(store.path) is mounted but its daemon does not answer (\(Errno.current)): unmount and mount it again")
+        }
+        let bytes = message(command)
+        let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
+        // A daemon from before device states reads paths until the end: it then answers "ok".
+        shutdown(fd, Int32(SHUT_WR))
+        var reply = [UInt8](repeating: 0, count: 64)
+        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        guard count > 0, let state = DeviceState(rawValue: String(decoding: reply.prefix(count), as: UTF8.self)) else {
+            throw UserError("the daemon of \(store.path) does not know device states: unmount it and mount it again with this containerfs")
+        }
+        return Status(state: state, mountpoint: holder.mountpoint, daemonPID: holder.pid)
+    }
+}
+
+/// `containerfs protect`: sets the protection class of files and folders of a store from
+/// outside any mount, as the system would.
+public enum ProtectionSetting {
+    /// Sets `protection` on the node at `path`, which must lie in a container's store (its
+    /// folder or the store itself); the node is reached from the store's root with
+    /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, never through a symlink.
+    /// Returns the node's path in the container.
+    @discardableResult
+    public static func protect(_ path: String, _ protection: ProtectionClass) throws(UserError) -> ContainerPath {
+        let (store, relative) = try locate(path)
+        let location = store.layout.location(of: relative)
+        switch location.area {
+        case .bundle: throw UserError("\(path) is in the app bundle, which holds no data to protect: name a file or folder of Documents, Library or tmp")
+        case .structure where location == .hidden || location == .foreign || location == .root:
+            throw UserError("\(path) is not part of the container's data: name a file or folder of Documents, Library or tmp")
+        default: break
+        }
+        let fd = relative.components.isEmpty ? -1
+            : withCName(relative.bytes) { clinux_open_beneath(store.rootFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC, 0) }
+        guard fd >= 0 else { throw UserError("cannot open \(path) inside \(store.path) (\(Errno.current)): name an existing file or folder, not a symlink") }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFDIR else {
+            throw UserError("\(path) is neither a file nor a folder: only those hold a protection class")
+        }
+        let value = Array(protection.rawValue.utf8)
+        guard value.withUnsafeBytes({ clinux_node_setxattr(fd, ProtectionClass.attributeName, $0.baseAddress, $0.count, 0) }) == 0 else {
+            throw UserError("cannot set the protection class of \(path): \(Errno.current)")
+        }
+        return relative
+    }
+
+    /// The store `path` lies in, and its path in the container: the nearest folder up from
+    /// `path`'s parent (symlinks resolved) that holds a store's state folder.
+    private static func locate(_ path: String) throws(UserError) -> (Store, ContainerPath) {
+        let (parent, leaf) = Store.splitParent(path)
+        guard let resolved = realpath(parent, nil) else {
+            throw UserError("no folder \(parent) (\(Errno.current)): name a file or folder inside a container's store")
+        }
+        defer { free(resolved) }
+        var folder = Array(UnsafeRawBufferPointer(start: resolved, count: strlen(resolved)))
+        var below: [[UInt8]] = leaf == Array(".".utf8) ? [] : [leaf]
+        while true {
+            let candidate = String(decoding: folder, as: UTF8.self)
+            if let store = try? Store.open(candidate) {
+                guard let relative = ContainerPath(bytes: below.joined(separator: [UInt8(ascii: "/")])) else {
+                    throw UserError("\(path) names '..': name the file or folder directly")
+                }
+                return (store, relative)
+            }
+            guard folder.count > 1, let slash = folder.lastIndex(of: UInt8(ascii: "/")) else {
+                throw UserError("\(path) is not inside a container's store: name a file or folder of a store made with 'containerfs create'")
+            }
+            below.insert(Array(folder[(slash + 1)...]), at: 0)
+            folder = slash == 0 ? [UInt8(ascii: "/")] : Array(folder[..<slash])
+        }
+    }
+}

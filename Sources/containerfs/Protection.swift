@@ -1,0 +1,102 @@
+import ArgumentParser
+import ContainerPolicy
+import ContainerStore
+
+extension ProtectionClass: ExpressibleByArgument {
+    public init?(argument: String) { self.init(rawValue: argument) }
+}
+
+/// The classes, for help texts.
+let protectionClassNames = ProtectionClass.allCases.map(\.rawValue).joined(separator: ", ")
+
+struct Protect: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Set the data protection class of files and folders of a container's store.",
+        discussion: """
+            Classes: \(protectionClassNames). While the device is locked (containerfs lock), a \
+            complete file cannot be opened, read or written, even through a descriptor already \
+            open; completeUnlessOpen cannot be opened, but what was open keeps working; \
+            completeUntilFirstUserAuthentication is unavailable only while locked since boot \
+            (mount -o locked, run --locked); none always works. New files and folders take their \
+            folder's class. Inside a mount a program sets it with setfattr -n \
+            \(ProtectionClass.attributeName). See docs/protection.md.
+            """)
+
+    @Argument(help: "Files or folders inside a container's store.")
+    var paths: [String] = []
+
+    @Option(name: .customLong("class"), help: ArgumentHelp("The class: \(protectionClassNames).", valueName: "CLASS"))
+    var protection: ProtectionClass
+
+    func run() throws {
+        try reportingErrors {
+            if paths.isEmpty { throw UserError.usage("name at least one file or folder inside a container's store") }
+            for path in paths { try ProtectionSetting.protect(path, protection) }
+        }
+    }
+}
+
+struct Lock: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Lock the device of a mounted container: protected data becomes unavailable at once.",
+        discussion: "See 'containerfs protect --help' and docs/protection.md.")
+
+    @Argument(help: "The container's store (mounted, or in a run).")
+    var store: String
+
+    func run() throws {
+        try reportingErrors {
+            let status = try DeviceControl.send(.lock, to: try Store.open(store))
+            FileHandleOutput.standardOutput.write("\(store): \(status.state.text)\n")
+        }
+    }
+}
+
+struct Unlock: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Unlock the device of a mounted container: protected data is available again.")
+
+    @Argument(help: "The container's store (mounted, or in a run).")
+    var store: String
+
+    func run() throws {
+        try reportingErrors {
+            let status = try DeviceControl.send(.unlock, to: try Store.open(store))
+            FileHandleOutput.standardOutput.write("\(store): \(status.state.text)\n")
+        }
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show a mounted container's device state, mount point and daemon.")
+
+    @Argument(help: "The container's store (mounted, or in a run).")
+    var store: String
+
+    @Flag(help: "Print one JSON object.")
+    var json = false
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try Store.open(store)
+            let status = try DeviceControl.send(.status, to: opened)
+            // The capacity, when the container has one (SPEC §10): the device it simulates.
+            let capacity = Capacity.read(opened)
+            if json {
+                FileHandleOutput.standardOutput.write("{\"store\":\(jsonString(opened.path)),\"state\":\(jsonString(status.state.rawValue)),"
+                    + "\"mountpoint\":\(jsonString(status.mountpoint)),\"pid\":\(status.daemonPID),"
+                    + "\"defaultProtection\":\(jsonString(opened.defaultProtection.rawValue)),"
+                    + "\"capacity\":\(capacity.map(String.init) ?? "null")}\n")
+            } else {
+                FileHandleOutput.standardOutput.write("""
+                    state: \(status.state.text)
+                    mount point: \(status.mountpoint)
+                    daemon pid: \(status.daemonPID)
+                    default protection: \(opened.defaultProtection.rawValue)
+
+                    """ + (capacity.map { "capacity: \(humanBytes($0))\n" } ?? ""))
+            }
+        }
+    }
+}
