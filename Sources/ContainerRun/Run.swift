@@ -106,12 +106,13 @@ public struct Run {
             throw UserError("cannot make the sandbox's seccomp filter: \(writeError)")
         }
         let infoFD: Int32 = 3, filterFD: Int32 = 4
-        let line = sandbox.commandLine(mountpoint: mountpoint, command: command, newSession: newSession,
-                                       terminalSignals: relay.caught, infoFD: infoFD, filterFD: filterFD,
-                                       asRoot: geteuid() == 0)
+        let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
+                                       environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
+                                       newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
+                                       filterFD: filterFD, asRoot: geteuid() == 0)
         let pid: pid_t
         do {
-            pid = try spawn(line.executable, line.arguments, environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
+            pid = try spawn(line.executable, line.arguments, environment: Sandbox.hostEnvironment,
                             passing: [(info[1], infoFD), (filter[0], filterFD)])
         } catch {
             (info + [filter[0]]).forEach { close($0) }

@@ -73,11 +73,17 @@ public struct Sandbox {
     ///   (`clinux_write_terminal_filter`), which keeps the program from pushing input into
     ///   the terminal it shares (TIOCSTI) without taking the terminal away from it.
     /// - `asRoot`: the caller is root; the program then runs as `appUserID` inside.
-    func commandLine(mountpoint: String, command: [String], newSession: Bool, terminalSignals: [Int32],
-                     infoFD: Int32, filterFD: Int32, asRoot: Bool) -> (executable: String, arguments: [String]) {
+    /// - `environment`: the program's. bubblewrap itself runs on the host with every
+    ///   capability (as root) and starts with `hostEnvironment` only: a variable meant for
+    ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
+    ///   the program's with `--clearenv` and `--setenv`.
+    func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
+                     terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, asRoot: Bool) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
-        let arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
+        var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
                                             filterFD: filterFD, asRoot: asRoot)
+        let settings = ["--clearenv"] + environment.sorted { $0.key < $1.key }.flatMap { ["--setenv", $0.key, $0.value] }
+        arguments.insert(contentsOf: settings, at: arguments.count - 1)   // before the closing "--"
         if names.isEmpty { return (bubblewrap, arguments + command) }
         return ("/usr/bin/env", ["env", "--ignore-signal=" + names, bubblewrap] + arguments.dropFirst()
                 + ["/usr/bin/env", "--default-signal=" + names] + command)
@@ -149,6 +155,10 @@ public struct Sandbox {
         for (name, value) in added { environment[name] = value ?? caller[name] }
         return environment
     }
+
+    /// The environment bubblewrap (and `env`, which starts it on a terminal) run with on
+    /// the host: nothing of the caller's or the program's.
+    static let hostEnvironment = ["PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"]
 
     /// The first executable file named `name` on `PATH`.
     static func findExecutable(_ name: String) -> String? {

@@ -279,6 +279,21 @@ struct RunConfinementTests {
         try expectCleanedUp(container)
     }
 
+    /// A variable passed with `--env` is the program's only: bubblewrap, which runs on the
+    /// host (with every capability, as root), starts without it. ld.so says once per
+    /// process that it cannot preload a missing library: the program alone may say it.
+    @Test(arguments: runners)
+    func variablesPassedInReachOnlyTheProgram(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let missing = "/nonexistent-containerfs-preload.so"
+        let ran = try runProgram([containerfsBinary, "run", container.store, "--env", "LD_PRELOAD=" + missing, "--", "true"],
+                                 user: runner)
+        #expect(ran.status == 0, "\(ran)")
+        let complaints = ran.stderr.components(separatedBy: missing).count - 1
+        #expect(complaints == 1, "LD_PRELOAD reached \(complaints) processes, not the program alone: \(ran.stderr)")
+        try expectCleanedUp(container)
+    }
+
     // MARK: Terminal
 
     /// On a real terminal (script(1)'s pty), TIOCSTI and TIOCLINUX fail inside, and nothing
