@@ -60,23 +60,22 @@ public struct BackupSet: Sendable {
 
     /// Adds the directory open at `fd` and, unless excluded, what it holds.
     ///
-    /// Iterative, with one open folder per level on an explicit stack: a chain of folders
-    /// tens of thousands deep must not overflow the thread's stack. Folders are visited
-    /// before what they hold, names in byte order, as the recursion did.
+    /// Iterative, on a `FolderChain`: a chain of folders of any depth neither overflows the
+    /// thread's stack nor runs out of descriptors. Folders are visited before what they
+    /// hold, names in byte order.
     private mutating func walk(_ fd: Int32, path: ContainerPath, location: Location, layout: ContainerLayout, seen: inout [InodeIdentity: ContainerPath]) throws(Errno) {
-        // Each level: the folder (closed when left, except `fd`, the caller's), its path and
-        // location, and the names still to visit, last first.
-        var stack: [(fd: Int32, path: ContainerPath, location: Location, names: [[UInt8]])] = []
-        defer { stack.dropFirst().forEach { close($0.fd) } }
-        if let names = try enter(fd, path: path) { stack.append((fd, path, location, names)) }
+        let chain = try FolderChain(top: fd)
+        // Each level: its path and location, and the names still to visit, last first.
+        var stack: [(path: ContainerPath, location: Location, names: [[UInt8]])] = []
+        if let names = try enter(fd, path: path) { stack.append((path, location, names)) }
         while let level = stack.last {
             guard let name = level.names.last else {
-                if stack.count > 1 { close(level.fd) }
                 stack.removeLast()
+                if !stack.isEmpty { try chain.leave() }
                 continue
             }
             stack[stack.count - 1].names.removeLast()
-            let fd = level.fd
+            let fd = chain.fd
             let childLocation = layout.child(name, of: level.location)
             switch childLocation {
             case .standard(.caches), .hidden, .bundle, .foreign, .root: continue
@@ -92,26 +91,16 @@ public struct BackupSet: Sendable {
             }
             switch childInfo.st_mode & S_IFMT {
             case S_IFDIR:
-                let childFD: Int32
                 do {
-                    childFD = try withCName(name) { (cname) throws(Errno) in
-                        try sys { openat(fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                    }
+                    try chain.enter(name)
                 } catch where [ENOENT, ENOTDIR, ELOOP].contains(error.code) {
                     continue  // replaced while we walk
                 }
-                let names: [[UInt8]]?
-                do {
-                    names = try enter(childFD, path: childPath)
-                } catch {
-                    close(childFD)
-                    throw error
-                }
-                guard let names else {
-                    close(childFD)
+                guard let names = try enter(chain.fd, path: childPath) else {
+                    try chain.leave()
                     continue
                 }
-                stack.append((childFD, childPath, childLocation, names))
+                stack.append((childPath, childLocation, names))
             case S_IFREG:
                 let childAttributes = try ExtendedAttributes.user(at: fd, name)
                 if BackupExclusion.excludes(childAttributes) {

@@ -63,7 +63,7 @@ public enum Lifecycle {
         }
         TestCrashPoint.reach("verified")
         // As iOS terminates the app to update it: its tmp/ goes.
-        let emptied = Purge.emptyTemporary(store)
+        let emptied = Purge.emptyTemporary(store).removed
         try BundleSwitch.commit(store, working: working, newBundle: newName)
         withExtendedLifetime(hold) {}
         return UpdateSummary(

@@ -68,7 +68,7 @@ public enum LowStorage {
             throw UserError("\(store.path) is in use (pid \(holder.pid)): a running container's caches are never purged")
         }
         if kinds.contains(.temporary) {
-            report.temporaryEntries = Purge.emptyTemporary(store)
+            report.temporaryEntries = Purge.emptyTemporary(store).removed
             report.freeAfter = freeBytes(store)
         }
         if report.freeAfter < wanted, kinds.contains(.cache) {

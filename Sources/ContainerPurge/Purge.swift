@@ -172,23 +172,20 @@ public enum Purge {
     /// Deletes everything in the store's `tmp/` except its `CACHEDIR.TAG`: files, folders,
     /// symlinks (never followed). Called when the app stops running: by the daemon when a
     /// mount ends, and by `containerfs run` when the program has exited. Returns how many
-    /// entries of `tmp/` itself were removed. On a mounted store, tell the daemon
-    /// (`ControlChannel.invalidate`) or call it after unmounting.
+    /// entries of `tmp/` itself were removed and how many could not be. On a mounted store,
+    /// tell the daemon (`ControlChannel.invalidate`) or call it after unmounting.
     @discardableResult
-    public static func emptyTemporary(_ store: Store) -> Int {
+    public static func emptyTemporary(_ store: Store) -> (removed: Int, left: Int) {
         guard let fd = try? openDirectory(at: store.rootFD, StandardDirectory.tmp.path.bytes),
-              let entries = try? Directory.entries(of: fd) else { return 0 }
+              let entries = try? Directory.entries(of: fd) else { return (0, 0) }
         defer { Glibc.close(fd) }
-        var count = 0
-        for entry in entries where entry.name != ContainerLayout.cacheTagName {
-            removeTree(at: fd, entry.name)
-            count += 1
-        }
+        let isTag = { (name: [UInt8]) in name == ContainerLayout.cacheTagName }
+        let left = removeContents(of: fd, keeping: isTag)
         // A trusted index must not list what is gone.
         if MountLock.holder(store) == nil, let tags = TagIndex.load(store), tags.contains(where: { $0.kind == .temporary }) {
             TagIndex.write(store, tags.filter { $0.kind != .temporary }, identity: TagIndex.mountIdentity(store))
         }
-        return count
+        return (max(0, entries.count { !isTag($0.name) } - left), left)
     }
 
     /// Refuses stores on different file systems: "free SIZE" means space on one device.

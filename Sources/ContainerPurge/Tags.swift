@@ -103,47 +103,37 @@ enum StoreWalk {
     /// file below the directory open at `fd` (which it closes). `skippingAtTop` is a
     /// name ignored directly in that directory.
     ///
-    /// Iterative, with one open folder per level on an explicit stack: a chain of folders
-    /// tens of thousands deep must not overflow the thread's stack. The path is one buffer
-    /// that grows and shrinks with the stack, so a deep chain costs memory in its depth,
-    /// not its square.
+    /// Iterative, on a `FolderChain`: a chain of folders of any depth neither overflows
+    /// the thread's stack nor runs out of descriptors. The path is one buffer that grows
+    /// and shrinks with the levels, so a deep chain costs memory in its depth, not its square.
     static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
                              _ body: ([UInt8], stat) -> Void) {
-        guard let top = fdopendir(fd) else {
-            close(fd)
-            return
+        defer { close(fd) }
+        guard let chain = try? FolderChain(top: fd) else { return }
+        // Last first, so that they are visited in the directory's order.
+        func entries(_ fd: Int32) -> [(name: [UInt8], type: UInt8)] {
+            ((try? Directory.entries(of: fd)) ?? []).filter { $0.type == DT_REG || $0.type == DT_DIR || $0.type == DT_UNKNOWN }.reversed()
         }
-        // Each level: its stream, and the length of `path` that names it.
-        var stack: [(stream: OpaquePointer, pathLength: Int)] = [(top, relative.count)]
+        // Each level: the entries still to visit, and the length of `path` that names it.
+        var levels: [(entries: [(name: [UInt8], type: UInt8)], pathLength: Int)] = [(entries(fd).filter { $0.name != skipped }, relative.count)]
         var path = relative
-        defer { stack.forEach { closedir($0.stream) } }
-        while let level = stack.last {
-            guard let entry = readdir(level.stream) else {
-                closedir(level.stream)
-                stack.removeLast()
+        while let level = levels.last {
+            guard let entry = level.entries.last else {
+                levels.removeLast()
+                if levels.isEmpty || (try? chain.leave()) == nil { break }
                 continue
             }
-            let type = entry.pointee.d_type
-            if type != DT_REG, type != DT_DIR, type != DT_UNKNOWN { continue }
-            let name = Directory.entryName(entry)
-            if name == [0x2E] || name == [0x2E, 0x2E] || (stack.count == 1 && name == skipped) { continue }
-            let directoryFD = dirfd(level.stream)
+            levels[levels.count - 1].entries.removeLast()
             var info = stat()
-            guard withCName(name, { fstatat(directoryFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
+            guard withCName(entry.name, { fstatat(chain.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
             path.removeSubrange(level.pathLength...)
             path.append(UInt8(ascii: "/"))
-            path.append(contentsOf: name)
+            path.append(contentsOf: entry.name)
             switch info.st_mode & S_IFMT {
             case S_IFREG:
                 body(path, info)
             case S_IFDIR:
-                let child = withCName(name) { openat(directoryFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                guard child >= 0 else { continue }
-                guard let stream = fdopendir(child) else {
-                    close(child)
-                    continue
-                }
-                stack.append((stream, path.count))
+                if (try? chain.enter(entry.name)) != nil { levels.append((entries(chain.fd), path.count)) }
             default:
                 continue
             }

@@ -1,5 +1,6 @@
 import CLinux
 import ContainerPolicy
+import ContainerPurge
 import ContainerSigning
 import ContainerStore
 import Foundation
@@ -190,7 +191,7 @@ public struct Run {
         // Only what this run mounted: a daemon that failed to start may have lost a race
         // with another mount of the store, whose app is running.
         if daemon != nil {
-            let left = store.purgeTemporaryFolder()
+            let left = Purge.emptyTemporary(store).left
             if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
         }
         Self.removeMountpoint(mountpoint)
@@ -210,7 +211,7 @@ public struct Run {
             warn("clearing the mount a killed run left at \(mountpoint)")
             _ = Self.unmount(mountpoint)
         }
-        if MountLock.holder(store) == nil { store.purgeTemporaryFolder() }
+        if MountLock.holder(store) == nil { Purge.emptyTemporary(store) }
         Self.removeMountpoint(mountpoint)
     }
 

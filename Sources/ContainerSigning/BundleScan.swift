@@ -83,25 +83,44 @@ struct BundleScan: Sendable {
         let identity: FileIdentity
     }
 
+    /// Iterative, on a `FolderChain`: a chain of folders of any depth neither overflows the
+    /// thread's stack nor runs out of descriptors.
     private mutating func walk(parentFD: Int32, name: [UInt8], path: [UInt8], cache: [FileIdentity: [UInt8]], jobs: inout [HashJob]) {
+        guard let chain = try? FolderChain(top: parentFD) else { return }
+        func names(_ fd: Int32) -> [[UInt8]] { ((try? Directory.entries(of: fd)) ?? []).map(\.name) }
+        // Each level: the names still to visit, and the length of `path` that names it.
+        var levels: [(names: [[UInt8]], pathLength: Int)] = []
+        var path = path
+        // A folder that cannot be opened shows its contents as removed.
+        if visit(parentFD: chain.fd, name: name, path: path, cache: cache, jobs: &jobs), (try? chain.enter(name)) != nil {
+            levels.append((names(chain.fd), path.count))
+        }
+        while let level = levels.last {
+            guard let child = level.names.last else {
+                levels.removeLast()
+                // A folder moved while walked: what is left shows as removed.
+                if levels.isEmpty || (try? chain.leave()) == nil { break }
+                continue
+            }
+            levels[levels.count - 1].names.removeLast()
+            path.removeSubrange(level.pathLength...)
+            path.append(UInt8(ascii: "/"))
+            path.append(contentsOf: child)
+            if visit(parentFD: chain.fd, name: child, path: path, cache: cache, jobs: &jobs), (try? chain.enter(child)) != nil {
+                levels.append((names(chain.fd), path.count))
+            }
+        }
+    }
+
+    /// Adds the entry `name` of the folder open at `parentFD`; true if it is a folder.
+    private mutating func visit(parentFD: Int32, name: [UInt8], path: [UInt8], cache: [FileIdentity: [UInt8]], jobs: inout [HashJob]) -> Bool {
         var info = stat()
-        guard withCName(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
+        guard withCName(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return false }
         let mode = UInt32(info.st_mode) & 0o7777
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
             entries.append(BundleEntry(path: path, kind: .folder, mode: mode, size: 0))
-            // A folder that cannot be opened shows its contents as removed.
-            guard
-                let fd = try? withCName(
-                    name,
-                    { (cname) throws(Errno) in
-                        try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                    })
-            else { return }
-            defer { close(fd) }
-            for child in (try? Directory.entries(of: fd)) ?? [] {
-                walk(parentFD: fd, name: child.name, path: path + [UInt8(ascii: "/")] + child.name, cache: cache, jobs: &jobs)
-            }
+            return true
         case S_IFREG:
             let identity = FileIdentity(info)
             var entry = BundleEntry(path: path, kind: .file, mode: mode, size: identity.size)
@@ -121,7 +140,7 @@ struct BundleScan: Sendable {
                 }
                 entries.append(entry)
                 record(job, result)
-                return
+                return false
             }
             entries.append(entry)
         case S_IFLNK:
@@ -130,6 +149,7 @@ struct BundleScan: Sendable {
         default:
             entries.append(BundleEntry(path: path, kind: .special, mode: mode, size: 0))
         }
+        return false
     }
 
     /// What hashing one file gave: its digest (empty if unreadable), and whether it may be cached.

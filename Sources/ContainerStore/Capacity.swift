@@ -49,42 +49,34 @@ public enum Capacity {
     /// store: the daemon does it once per mount, then keeps the count as it changes things.
     public static func usedBytes(rootFD: Int32) -> Int64 {
         var info = stat()
-        guard fstatat(rootFD, "", &info, clinux_AT_EMPTY_PATH) == 0 else { return 0 }
+        guard fstatat(rootFD, "", &info, clinux_AT_EMPTY_PATH) == 0, let chain = try? FolderChain(top: rootFD) else { return 0 }
         var seen = Set<UInt64>()
         var total = blockBytes(info)
-        let fd = openat(rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { total = total.addingSaturating(walk(fd, skipping: ContainerLayout.stateFolderName, &seen)) }
+        // Each level: the names still to count.
+        var levels: [[[UInt8]]] = [names(rootFD).filter { $0 != ContainerLayout.stateFolderName }]
+        while let level = levels.last {
+            guard let name = level.last else {
+                levels.removeLast()
+                if levels.isEmpty || (try? chain.leave()) == nil { break }
+                continue
+            }
+            levels[levels.count - 1].removeLast()
+            guard withCName(name, { fstatat(chain.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
+            if info.st_mode & S_IFMT != S_IFDIR, info.st_nlink > 1, !seen.insert(UInt64(info.st_ino)).inserted { continue }
+            total = total.addingSaturating(blockBytes(info))
+            if info.st_mode & S_IFMT == S_IFDIR, (try? chain.enter(name)) != nil { levels.append(names(chain.fd)) }
+        }
         return total
+    }
+
+    private static func names(_ fd: Int32) -> [[UInt8]] {
+        ((try? Directory.entries(of: fd)) ?? []).map(\.name)
     }
 
     /// The bytes in blocks of the node `info` describes.
     @inline(__always)
     public static func blockBytes(_ info: stat) -> Int64 {
         Int64(clamping: info.st_blocks).multipliedSaturating(by: 512)
-    }
-
-    /// The bytes in blocks below the directory open at `fd` (which it closes).
-    private static func walk(_ fd: Int32, skipping skipped: [UInt8]?, _ seen: inout Set<UInt64>) -> Int64 {
-        guard let stream = fdopendir(fd) else {
-            close(fd)
-            return 0
-        }
-        defer { closedir(stream) }
-        let directoryFD = dirfd(stream)
-        var total: Int64 = 0
-        while let entry = readdir(stream) {
-            let name = Directory.entryName(entry)
-            if name == [0x2E] || name == [0x2E, 0x2E] || name == skipped { continue }
-            var info = stat()
-            guard withCName(name, { fstatat(directoryFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
-            if info.st_mode & S_IFMT != S_IFDIR, info.st_nlink > 1, !seen.insert(UInt64(info.st_ino)).inserted { continue }
-            total = total.addingSaturating(blockBytes(info))
-            if info.st_mode & S_IFMT == S_IFDIR {
-                let child = withCName(name) { openat(directoryFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                if child >= 0 { total = total.addingSaturating(walk(child, skipping: nil, &seen)) }
-            }
-        }
-        return total
     }
 }
 

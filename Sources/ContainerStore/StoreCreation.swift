@@ -138,29 +138,48 @@ extension Store {
 
 /// Removes `name` inside `parent` and all below it, following no symlink; best effort.
 ///
-/// Iterative, with one open folder per level on an explicit stack: a chain of folders
-/// tens of thousands deep must not overflow the thread's stack.
+/// A folder made unwritable (by a program in `tmp/`, say) is made writable first, so that
+/// its contents can go. Iterative, on a `FolderChain`: a chain of folders of any depth
+/// neither overflows the thread's stack nor runs out of descriptors.
 public func removeTree(at parent: Int32, _ name: [UInt8]) {
-    func openFolder(at parent: Int32, _ name: [UInt8]) -> Int32? {
-        try? withCName(name) { (cname) throws(Errno) in
-            try sys { openat(parent, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-        }
-    }
     if withCName(name, { unlinkat(parent, $0, 0) }) == 0 { return }
-    guard let top = openFolder(at: parent, name) else { return }
-    // Each level: the folder, its name in the level above, what it held when opened.
-    var stack: [(fd: Int32, name: [UInt8], entries: [[UInt8]])] = [(top, name, [])]
-    stack[0].entries = ((try? Directory.entries(of: top)) ?? []).map(\.name)
-    while let level = stack.last {
+    guard let top = try? withCName(name, { (cname) throws(Errno) in
+        try sys { openat(parent, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+    }) else { return }
+    removeContents(of: top)
+    close(top)
+    _ = withCName(name) { unlinkat(parent, $0, AT_REMOVEDIR) }
+}
+
+/// Removes everything inside the folder open at `fd` for which `keep` is false at its top,
+/// following no symlink; best effort. Returns how many entries at the top are left.
+@discardableResult
+public func removeContents(of fd: Int32, keeping keep: ([UInt8]) -> Bool = { _ in false }) -> Int {
+    func names(_ fd: Int32) -> [[UInt8]] {
+        var info = stat()
+        if fstat(fd, &info) == 0, info.st_mode & 0o700 != 0o700 { fchmod(fd, info.st_mode & 0o7777 | 0o700) }
+        return ((try? Directory.entries(of: fd)) ?? []).map(\.name)
+    }
+    guard let chain = try? FolderChain(top: fd) else { return 0 }
+    // Each level: its name in the level above, and its entries still to remove.
+    var levels: [(name: [UInt8], entries: [[UInt8]])] = [([], names(fd).filter { !keep($0) })]
+    var left = 0
+    while let level = levels.last {
         if let entry = level.entries.last {
-            stack[stack.count - 1].entries.removeLast()
-            if withCName(entry, { unlinkat(level.fd, $0, 0) }) == 0 { continue }
-            guard let child = openFolder(at: level.fd, entry) else { continue }
-            stack.append((child, entry, ((try? Directory.entries(of: child)) ?? []).map(\.name)))
+            levels[levels.count - 1].entries.removeLast()
+            if withCName(entry, { unlinkat(chain.fd, $0, 0) }) == 0 { continue }
+            guard (try? chain.enter(entry)) != nil else {
+                if levels.count == 1 { left += 1 }
+                continue
+            }
+            levels.append((entry, names(chain.fd)))
+        } else if levels.count > 1 {
+            levels.removeLast()
+            guard (try? chain.leave()) != nil else { return left + 1 }  // moved while removed
+            if withCName(level.name, { unlinkat(chain.fd, $0, AT_REMOVEDIR) }) != 0, levels.count == 1 { left += 1 }
         } else {
-            stack.removeLast()
-            close(level.fd)
-            _ = withCName(level.name) { unlinkat(stack.last?.fd ?? parent, $0, AT_REMOVEDIR) }
+            break
         }
     }
+    return left
 }

@@ -8,6 +8,9 @@ import Glibc
 enum TreeCopy {
     /// Copies the directory open at `sourceFD` to a new directory `name` in `parentFD`.
     /// `source` names the top for messages.
+    ///
+    /// Iterative, on two `FolderChain`s: a chain of folders of any depth neither overflows
+    /// the thread's stack nor runs out of descriptors.
     static func copyDirectory(from sourceFD: Int32, toNew name: [UInt8], in parentFD: Int32, source: String, relative: ContainerPath = .root) throws {
         var info = stat()
         try sys { fstat(sourceFD, &info) }
@@ -16,35 +19,46 @@ enum TreeCopy {
             try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         }
         defer { close(targetFD) }
-        for entry in try Directory.entries(of: sourceFD) {
-            try copyEntry(entry.name, from: sourceFD, to: targetFD, source: source, relative: relative.appending(entry.name))
-        }
-        try sys { fchmod(targetFD, HandedOverMode.folder(info.st_mode)) }
-        var times = [info.st_atim, info.st_mtim]
-        try sys { futimens(targetFD, &times) }
-    }
-
-    private static func copyEntry(_ name: [UInt8], from sourceDir: Int32, to targetDir: Int32, source: String, relative: ContainerPath) throws {
-        var info = stat()
-        try withCName(name) { (cname) throws(Errno) in _ = try sys { fstatat(sourceDir, cname, &info, AT_SYMLINK_NOFOLLOW) } }
-        switch info.st_mode & S_IFMT {
-        case S_IFDIR:
-            let fd = try withCName(name) { (cname) throws(Errno) in
-                try sys { openat(sourceDir, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        let sources = try FolderChain(top: sourceFD)
+        let targets = try FolderChain(top: targetFD)
+        // Each level: the source folder (its mode and times go on the copy once it is full),
+        // and the names still to copy. `components` names the level for messages.
+        var levels: [(info: stat, names: [[UInt8]])] = [(info, try Directory.entries(of: sourceFD).map(\.name))]
+        var components = relative.components
+        while let level = levels.last {
+            guard let entry = level.names.last else {
+                try sys { fchmod(targets.fd, HandedOverMode.folder(level.info.st_mode)) }
+                var times = [level.info.st_atim, level.info.st_mtim]
+                try sys { futimens(targets.fd, &times) }
+                levels.removeLast()
+                if levels.isEmpty { break }
+                try sources.leave()
+                try targets.leave()
+                components.removeLast()
+                continue
             }
-            defer { close(fd) }
-            try copyDirectory(from: fd, toNew: name, in: targetDir, source: source, relative: relative)
-        case S_IFREG:
-            try copyFile(name, from: sourceDir, to: targetDir, info: info)
-        case S_IFLNK:
-            let target = try readLink(at: sourceDir, name)
-            try withCName(target) { (ctarget) throws(Errno) in
-                try withCName(name) { (cname) throws(Errno) in _ = try sys { symlinkat(ctarget, targetDir, cname) } }
+            levels[levels.count - 1].names.removeLast()
+            try withCName(entry) { (cname) throws(Errno) in _ = try sys { fstatat(sources.fd, cname, &info, AT_SYMLINK_NOFOLLOW) } }
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR:
+                try withCName(entry) { (cname) throws(Errno) in _ = try sys { mkdirat(targets.fd, cname, 0o700) } }
+                try sources.enter(entry)
+                try targets.enter(entry)
+                components.append(entry)
+                levels.append((info, try Directory.entries(of: sources.fd).map(\.name)))
+            case S_IFREG:
+                try copyFile(entry, from: sources.fd, to: targets.fd, info: info)
+            case S_IFLNK:
+                let target = try readLink(at: sources.fd, entry)
+                try withCName(target) { (ctarget) throws(Errno) in
+                    try withCName(entry) { (cname) throws(Errno) in _ = try sys { symlinkat(ctarget, targets.fd, cname) } }
+                }
+                var times = [info.st_atim, info.st_mtim]
+                try withCName(entry) { (cname) throws(Errno) in _ = try sys { utimensat(targets.fd, cname, &times, AT_SYMLINK_NOFOLLOW) } }
+            default:
+                let at = ContainerPath(components: components + [entry])
+                throw UserError("bundle \(source) contains a special file (FIFO, socket or device) at \(at): remove it; a bundle holds only files, folders and symlinks")
             }
-            var times = [info.st_atim, info.st_mtim]
-            try withCName(name) { (cname) throws(Errno) in _ = try sys { utimensat(targetDir, cname, &times, AT_SYMLINK_NOFOLLOW) } }
-        default:
-            throw UserError("bundle \(source) contains a special file (FIFO, socket or device) at \(relative): remove it; a bundle holds only files, folders and symlinks")
         }
     }
 

@@ -51,6 +51,18 @@ private func finishes(within seconds: Double, stackKiB: Int = 512, _ body: @esca
     return done.wait(timeout: .now() + seconds) == .success
 }
 
+/// Runs `body` with the process's soft descriptor limit at `limit`, then puts it back.
+private func withSoftDescriptorLimit<Result>(_ limit: rlim_t, _ body: () throws -> Result) throws -> Result {
+    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    var saved = rlimit()
+    try #require(getrlimit(resource, &saved) == 0)
+    var lowered = saved
+    lowered.rlim_cur = min(limit, saved.rlim_max)
+    try #require(setrlimit(resource, &lowered) == 0)
+    defer { setrlimit(resource, &saved) }
+    return try body()
+}
+
 /// Makes a chain of `depth` folders named `d` below the folder `top` of the store, with a
 /// file `f` of `size` bytes at the bottom; returns the file's path relative to the store.
 /// Through descriptors: the chain is far longer than PATH_MAX.
@@ -67,7 +79,8 @@ private func makeChain(_ scratch: PurgeScratch, below top: String, depth: Int, s
     let file = openat(fd, "f", O_WRONLY | O_CREAT, 0o644)
     close(fd)
     guard file >= 0 else { throw Errno.current }
-    ftruncate(file, off_t(size))
+    // Written, not truncated to size: the file takes blocks, as the capacity counts them.
+    _ = [UInt8](repeating: 0x78, count: size).withUnsafeBytes { write(file, $0.baseAddress, size) }
     close(file)
     return top + String(repeating: "/d", count: depth) + "/f"
 }
@@ -156,11 +169,10 @@ struct OutsideValueTests {
         #expect(UseTable.openForWriting(scratch.store)?.lastUse(inode: 42) == 0)
     }
 
-    /// Folder chains deeper than a thread's stack allows recursion for: the walks of purge,
-    /// usage and emptying tmp iterate (and removeTree, which emptying tmp uses).
-    @Test func folderChainsDeeperThanTheStackAreWalked() throws {
-        // A descriptor per level, as every containerfs command allows (DescriptorLimit).
-        DescriptorLimit.raise()
+    /// Folder chains deeper than a thread's stack allows recursion for, and deeper than the
+    /// descriptor limit: the walks of purge, usage, the capacity's count and emptying tmp
+    /// iterate on a `FolderChain` (and removeTree, which emptying tmp uses).
+    @Test func folderChainsDeeperThanTheStackAndTheDescriptorLimitAreWalked() throws {
         // On a tmpfs: thousands of rmdir on a busy disk take seconds each hundred.
         let tmpfs = try TemporaryTmpfs()
         let scratch = try PurgeScratch(in: tmpfs.path)
@@ -172,13 +184,21 @@ struct OutsideValueTests {
         var tags: [ContainerPurge.Tag] = []
         var usage: StorageUsage?
         var removed = 0
-        // 128 KiB of stack: the recursive walks needed far more than 44 bytes a level.
-        let walked = finishes(within: 120, stackKiB: 128) {
-            tags = Tags.scan(store)
-            usage = StorageUsage.measure(store)
-            removed = Purge.emptyTemporary(store)
+        var used: (before: Int64, after: Int64) = (0, 0)
+        // 128 KiB of stack: the recursive walks needed far more than 44 bytes a level. And
+        // 256 descriptors: the walks that held one per level ran out.
+        let walked = try withSoftDescriptorLimit(256) {
+            finishes(within: 120, stackKiB: 128) {
+                tags = Tags.scan(store)
+                usage = StorageUsage.measure(store)
+                used.before = Capacity.usedBytes(rootFD: store.rootFD)
+                removed = Purge.emptyTemporary(store).removed
+                used.after = Capacity.usedBytes(rootFD: store.rootFD)
+            }
         }
         try #require(walked)
+        // tmpfs gives folders no blocks: the difference is the file at the bottom of tmp's chain.
+        #expect(used.before - used.after == 4096, "the capacity's count reached the bottom")
         #expect(tags.map { String(decoding: $0.path, as: UTF8.self) }.sorted() == [cache, "tmp" + String(repeating: "/d", count: depth) + "/f"])
         #expect(usage?.areas.first { $0.name == "Caches" }?.bytes == 3)
         #expect(usage?.areas.first { $0.name == "Documents" }?.bytes == 5)
@@ -187,9 +207,11 @@ struct OutsideValueTests {
         let documents = open(scratch.root + "/Documents", O_RDONLY | O_DIRECTORY)
         let caches = open(scratch.root + "/Library/Caches", O_RDONLY | O_DIRECTORY)
         defer { close(documents); close(caches) }
-        let removedTrees = finishes(within: 120, stackKiB: 128) {
-            removeTree(at: documents, Array("d".utf8))
-            removeTree(at: caches, Array("d".utf8))
+        let removedTrees = try withSoftDescriptorLimit(256) {
+            finishes(within: 120, stackKiB: 128) {
+                removeTree(at: documents, Array("d".utf8))
+                removeTree(at: caches, Array("d".utf8))
+            }
         }
         try #require(removedTrees)
         #expect(!scratch.exists("Library/Caches/d") && !scratch.exists("Documents/d"))
