@@ -205,6 +205,9 @@ struct BackupWriter {
         let fd = withCName(item.path.bytes) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0) }
         if fd < 0 {
             if [ENOENT, ENOTDIR, ELOOP, ENXIO, EXDEV].contains(errno) { return false }  // gone or replaced
+            if errno == ENAMETOOLONG {
+                throw UserError("cannot back up \(item.path): its path is longer than \(PATH_MAX) bytes, which an archive cannot restore; move it up or exclude its folder from backup")
+            }
             throw Errno.current
         }
         defer { close(fd) }
