@@ -49,13 +49,28 @@ final class SpaceAccount: Sendable {
         return max(0, capacity - used)
     }
 
-    /// Reads the store's capacity again; counts the store when it did not have one.
+    /// Reads the store's capacity again; counts the store when it did not have one: from
+    /// the summary a clean unmount left, if any (at mount), or by a walk.
     func reload(_ store: Store) {
         let capacity = Capacity.read(store)
         if let capacity, !isActive {
-            usedBytes.store(Capacity.usedBytes(rootFD: store.rootFD), ordering: .relaxed)
+            let used = Capacity.readSummary(stateFD: store.stateFD) ?? Capacity.usedBytes(rootFD: store.rootFD)
+            usedBytes.store(used, ordering: .relaxed)
         }
         limitBytes.store(capacity ?? -1, ordering: .relaxed)
+    }
+
+    /// At mount, once the count is had: the summary goes, so that a daemon killed from
+    /// here on leaves none and the next mount walks the store.
+    func mounted(_ store: Store) {
+        Capacity.forgetSummary(stateFD: store.stateFD)
+    }
+
+    /// At a clean unmount, once nothing is open: records the count for the next mount.
+    /// `freedSince`: bytes the daemon deleted itself after the last request (tmp/).
+    func unmounted(_ store: Store, freedSince: Int64) {
+        guard isActive else { return }
+        Capacity.writeSummary(stateFD: store.stateFD, max(0, used.addingSaturating(-freedSince)))
     }
 
     /// Counts the store again, after containerfs commands changed it behind the mount.

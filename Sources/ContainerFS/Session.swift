@@ -125,8 +125,10 @@ public final class Session {
         fileSystem.writeback = options.writeback
         fileSystem.noSetID = options.noSetID
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
-        // With a capacity, the store is counted once here (a walk: see docs/capacity.md).
+        // With a capacity, the store is counted here: from the summary of the last clean
+        // unmount, or by a walk (see docs/capacity.md).
         fileSystem.space.reload(store)
+        fileSystem.space.mounted(store)
         if options.uring == .on { try Self.switchOnKernelUring() }
         Tagging.mounted(store)
 
@@ -204,6 +206,11 @@ public final class Session {
         }
         fuse_session_unmount(session)
         fuse_session_destroy(session)
-        Tagging.unmounted(fileSystem.store)
+        let store = fileSystem.store
+        let temporary = StandardDirectory.tmp.path.bytes
+        let before = fileSystem.space.isActive ? Capacity.treeBytes(at: store.rootFD, temporary) : 0
+        Tagging.unmounted(store)
+        let freed = fileSystem.space.isActive ? before - Capacity.treeBytes(at: store.rootFD, temporary) : 0
+        fileSystem.space.unmounted(store, freedSince: freed)
     }
 }

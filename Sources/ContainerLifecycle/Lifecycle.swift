@@ -48,7 +48,7 @@ public enum Lifecycle {
         // it was copied) is ever installed.
         let signed: BundleVerification
         do {
-            let staged = try Store.open(at: store.stateFD, working, path: path)
+            let staged = try Store.open(at: store.stateFD, working, path: path, changing: false)
             signed = BundleSignature.verify(staged, key: key, full: true)
         } catch {
             removeTree(at: store.stateFD, working)
@@ -62,6 +62,17 @@ public enum Lifecycle {
             )
         }
         TestCrashPoint.reach("verified")
+        // Within the capacity (SPEC §10): the new bundle replaces the old one and tmp/ goes.
+        do {
+            let temporary = StandardDirectory.tmp.path.bytes
+            let old = store.offloaded == nil ? Capacity.treeBytes(at: store.rootFD, oldName) : 0
+            let tmpContents = Capacity.contentBytes(at: store.rootFD, temporary)
+            try Capacity.checkFits(store, adding: Capacity.treeBytes(at: store.stateFD, working), removing: old + tmpContents,
+                                   "install \(ContainerPath.printable(newName)) in \(path)")
+        } catch {
+            removeTree(at: store.stateFD, working)
+            throw error
+        }
         // As iOS terminates the app to update it: its tmp/ goes.
         let emptied = Purge.emptyTemporary(store).removed
         try BundleSwitch.commit(store, working: working, newBundle: newName)

@@ -185,7 +185,10 @@ public enum Purge {
         if MountLock.holder(store) == nil, let tags = TagIndex.load(store), tags.contains(where: { $0.kind == .temporary }) {
             TagIndex.write(store, tags.filter { $0.kind != .temporary }, identity: TagIndex.mountIdentity(store))
         }
-        return (max(0, entries.count { !isTag($0.name) } - left), left)
+        let removed = max(0, entries.count { !isTag($0.name) } - left)
+        // Run's cleanup comes after its daemon recorded the space used: that is stale now.
+        if removed > 0, MountLock.holder(store) == nil { Capacity.forgetSummary(stateFD: store.stateFD) }
+        return (removed, left)
     }
 
     /// Refuses stores on different file systems: "free SIZE" means space on one device.

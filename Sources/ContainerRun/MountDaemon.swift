@@ -114,7 +114,7 @@ extension MountDaemon {
         }
         // The daemon takes a moment to exit after the kernel lets go; wait for its lock, but
         // only if it is this mount's daemon: a dead mount's store may be mounted elsewhere now.
-        guard !lazy, let store = try? Store.open(entry.source),
+        guard !lazy, let store = try? Store.open(entry.source, changing: false),
               let holder = MountLock.holder(store), holder.mountpoint == entry.mountpoint else { return }
         if !MountLock.waitUntilFree(store, seconds: 10) {
             throw UserError("unmounted \(mountpoint), but its daemon (pid \(holder.pid)) has not exited after 10 s: kill it")

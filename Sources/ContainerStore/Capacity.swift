@@ -26,20 +26,25 @@ public enum Capacity {
     /// Sets the capacity (nil: none). Atomic: a new file renamed over the old one.
     public static func write(_ store: Store, _ capacity: Int64?) throws(UserError) {
         do throws(Errno) {
-            guard let capacity else {
-                let removed = withCName(fileName) { unlinkat(store.stateFD, $0, 0) }
-                if removed != 0, errno != ENOENT { throw Errno.current }
-                return
-            }
-            _ = withCName(temporaryName) { unlinkat(store.stateFD, $0, 0) }
-            try writeNewFile(at: store.stateFD, temporaryName, Array("\(capacity)\n".utf8))
-            try withCName(temporaryName) { (from) throws(Errno) in
-                try withCName(fileName) { (to) throws(Errno) in
-                    _ = try sys { renameat(store.stateFD, from, store.stateFD, to) }
-                }
-            }
+            try write(stateFD: store.stateFD, capacity)
         } catch {
             throw UserError("cannot set the capacity of \(store.path): \(error)")
+        }
+    }
+
+    /// As `write(_:_:)`, into the state folder `stateFD` (a store being created).
+    public static func write(stateFD: Int32, _ capacity: Int64?) throws(Errno) {
+        guard let capacity else {
+            let removed = withCName(fileName) { unlinkat(stateFD, $0, 0) }
+            if removed != 0, errno != ENOENT { throw Errno.current }
+            return
+        }
+        _ = withCName(temporaryName) { unlinkat(stateFD, $0, 0) }
+        try writeNewFile(at: stateFD, temporaryName, Array("\(capacity)\n".utf8))
+        try withCName(temporaryName) { (from) throws(Errno) in
+            try withCName(fileName) { (to) throws(Errno) in
+                _ = try sys { renameat(stateFD, from, stateFD, to) }
+            }
         }
     }
 
@@ -48,12 +53,33 @@ public enum Capacity {
     /// links — except the state folder; a file with several links once. A walk of the
     /// store: the daemon does it once per mount, then keeps the count as it changes things.
     public static func usedBytes(rootFD: Int32) -> Int64 {
+        treeBytes(rootFD, skippingState: true)
+    }
+
+    /// The bytes in blocks of the file or folder `name` in the folder `parent` and all
+    /// it holds, as `usedBytes` counts them (a delivery or a new bundle before it goes in).
+    public static func treeBytes(at parent: Int32, _ name: [UInt8]) -> Int64 {
+        var info = stat()
+        guard withCName(name, { fstatat(parent, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return 0 }
+        guard info.st_mode & S_IFMT == S_IFDIR, let fd = try? openDirectory(at: parent, name) else { return blockBytes(info) }
+        defer { close(fd) }
+        return treeBytes(fd, skippingState: false)
+    }
+
+    /// What `treeBytes` counts of the folder `name` but the folder itself: what emptying it frees.
+    public static func contentBytes(at parent: Int32, _ name: [UInt8]) -> Int64 {
+        var info = stat()
+        guard withCName(name, { fstatat(parent, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return 0 }
+        return max(0, treeBytes(at: parent, name) - blockBytes(info))
+    }
+
+    private static func treeBytes(_ rootFD: Int32, skippingState: Bool) -> Int64 {
         var info = stat()
         guard fstatat(rootFD, "", &info, clinux_AT_EMPTY_PATH) == 0, let chain = try? FolderChain(top: rootFD) else { return 0 }
         var seen = Set<UInt64>()
         var total = blockBytes(info)
         // Each level: the names still to count.
-        var levels: [[[UInt8]]] = [names(rootFD).filter { $0 != ContainerLayout.stateFolderName }]
+        var levels: [[[UInt8]]] = [names(rootFD).filter { !skippingState || $0 != ContainerLayout.stateFolderName }]
         while let level = levels.last {
             guard let name = level.last else {
                 levels.removeLast()
@@ -67,6 +93,50 @@ public enum Capacity {
             if info.st_mode & S_IFMT == S_IFDIR, (try? chain.enter(name)) != nil { levels.append(names(chain.fd)) }
         }
         return total
+    }
+
+    /// Refuses a change made outside a mount that would take the container past its
+    /// capacity: `adding` bytes come in, `removing` go. No capacity: anything fits.
+    /// `what` names the change for the message ("deliver report.pdf into STORE").
+    public static func checkFits(_ store: Store, adding: Int64, removing: Int64 = 0, _ what: String) throws(UserError) {
+        guard let capacity = read(store) else { return }
+        let used = usedBytes(rootFD: store.rootFD)
+        let after = used.addingSaturating(-removing).addingSaturating(adding)
+        guard after > capacity, adding > removing else { return }
+        throw UserError(
+            "cannot \(what): it needs \(adding) bytes and the container has \(max(0, capacity - used.addingSaturating(-removing))) free of its capacity of \(capacity) bytes; nothing was changed: free space in it, or raise the capacity with 'containerfs capacity \(store.path) SIZE'")
+    }
+
+    // MARK: The summary of a clean unmount
+
+    static let summaryName = Array(name: "used")
+
+    /// The bytes in use a daemon recorded when it was last unmounted cleanly, if no
+    /// command changed the store since (see docs/capacity.md, "Mount without a walk").
+    public static func readSummary(stateFD: Int32) -> Int64? {
+        guard var bytes = try? readFile(at: stateFD, summaryName), bytes.count <= 32 else { return nil }
+        while bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
+        guard let value = Int64(String(decoding: bytes, as: UTF8.self)), value >= 0 else { return nil }
+        return value
+    }
+
+    /// Records `used` for the next mount: written atomically, at a clean unmount only.
+    public static func writeSummary(stateFD: Int32, _ used: Int64) {
+        let temporary = Array(name: "used.new")
+        _ = withCName(temporary) { unlinkat(stateFD, $0, 0) }
+        guard (try? writeNewFile(at: stateFD, temporary, Array("\(used)\n".utf8), mode: 0o600)) != nil else { return }
+        _ = withCName(temporary) { from in withCName(summaryName) { to in renameat(stateFD, from, stateFD, to) } }
+    }
+
+    /// Drops the summary: the store is about to change, or a daemon serves it. Made
+    /// durable, so that a crash after the change cannot bring a stale summary back.
+    public static func forgetSummary(stateFD: Int32) {
+        guard withCName(summaryName, { unlinkat(stateFD, $0, 0) }) == 0 else { return }
+        let folder = Glibc.openat(stateFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if folder >= 0 {
+            fsync(folder)
+            close(folder)
+        }
     }
 
     private static func names(_ fd: Int32) -> [[UInt8]] {

@@ -33,7 +33,10 @@ public enum ControlChannel {
     /// Returns false when no daemon is running (then nothing is cached to forget).
     @discardableResult
     public static func invalidate(_ store: Store, _ paths: [ContainerPath]) throws(UserError) -> Bool {
-        try exchange(store, paths.map(\.bytes)) != nil
+        // The store changed: a daemon that ended meanwhile may have recorded its count
+        // before the change (or never got this message): its summary goes.
+        defer { Capacity.forgetSummary(stateFD: store.stateFD) }
+        return try exchange(store, paths.map(\.bytes)) != nil
     }
 
     /// How many requests the daemon serving `store` has served through io_uring so far

@@ -27,6 +27,13 @@ public enum Delivery {
             // Unpredictable, as every working name of a command that root may run.
             let temporary = StagingName.random(beside: name, "delivering")
             try copy(source, type: type, to: temporary, in: staging)
+            // Measured as copied, before it enters the container (SPEC §10).
+            do {
+                try Capacity.checkFits(store, adding: Capacity.treeBytes(at: staging, temporary), "deliver \(source) into \(store.path)")
+            } catch {
+                removeTree(at: staging, temporary)
+                throw error
+            }
             let inbox = try openDirectory(at: store.rootFD, StandardDirectory.inbox.path.bytes)
             defer { close(inbox) }
             for candidate in candidates(for: name) {
@@ -47,6 +54,14 @@ public enum Delivery {
         } catch {
             throw UserError("cannot deliver \(source) into \(store.path): \(error)")
         }
+    }
+
+    /// Refuses, before anything is copied, a delivery of several `sources` that would
+    /// not fit in the container's capacity together (each is checked exactly as it goes in).
+    public static func checkFits(_ sources: [String], into store: Store) throws(UserError) {
+        guard sources.count > 1, Capacity.read(store) != nil else { return }
+        let bytes = sources.reduce(Int64(0)) { $0.addingSaturating(Capacity.treeBytes(at: AT_FDCWD, Array($1.utf8))) }
+        try Capacity.checkFits(store, adding: bytes, "deliver \(sources.count) files into \(store.path)")
     }
 
     /// `name`, then `base-1.ext`, `base-2.ext`, … (the extension is what follows the last dot).

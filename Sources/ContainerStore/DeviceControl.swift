@@ -143,7 +143,7 @@ public enum ProtectionSetting {
         var below: [[UInt8]] = leaf == Array(".".utf8) ? [] : [leaf]
         while true {
             let candidate = String(decoding: folder, as: UTF8.self)
-            if let store = try? Store.open(candidate) {
+            if let store = try? Store.open(candidate, changing: false) {
                 guard let relative = ContainerPath(bytes: below.joined(separator: [UInt8(ascii: "/")])) else {
                     throw UserError("\(path) names '..': name the file or folder directly")
                 }

@@ -37,7 +37,12 @@ public final class Store: Sendable {
     static let bundleNameFile = Array(name: "bundle-name")
 
     /// Opens the store at `path` and checks that it is a whole container.
-    public static func open(_ path: String) throws(UserError) -> Store {
+    ///
+    /// `changing`: whether the caller may change the bytes the container holds (deliver,
+    /// purge, update, offload, run...): then the summary of used space a clean unmount left
+    /// is dropped here, before any change, so the next mount counts the store again. Only
+    /// commands that change nothing (usage, verify, audit, backup, capacity) pass false.
+    public static func open(_ path: String, changing: Bool = true) throws(UserError) -> Store {
         let rootFD = Glibc.open(path, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard rootFD >= 0 else {
             let error = Errno.current
@@ -47,23 +52,23 @@ public final class Store: Sendable {
             default: throw UserError("cannot open store \(path): \(error)")
             }
         }
-        return try open(rootFD: rootFD, path: path)
+        return try open(rootFD: rootFD, path: path, changing: changing)
     }
 
     /// Opens the store `name` inside the folder `parentFD`, following no symlink; `path`
     /// names it for messages.
-    public static func open(at parentFD: Int32, _ name: [UInt8], path: String) throws(UserError) -> Store {
+    public static func open(at parentFD: Int32, _ name: [UInt8], path: String, changing: Bool = true) throws(UserError) -> Store {
         let rootFD: Int32
         do {
             rootFD = try openDirectory(at: parentFD, name)
         } catch {
             throw UserError("cannot open store \(path): \(error)")
         }
-        return try open(rootFD: rootFD, path: path)
+        return try open(rootFD: rootFD, path: path, changing: changing)
     }
 
     /// Checks the store whose root is open at `rootFD` (owned: closed on failure).
-    private static func open(rootFD: Int32, path: String) throws(UserError) -> Store {
+    private static func open(rootFD: Int32, path: String, changing: Bool) throws(UserError) -> Store {
         do {
             let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
             do {
@@ -79,6 +84,7 @@ public final class Store: Sendable {
                 let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName),
                                   offloaded: offloaded)
                 try store.checkStructure()
+                if changing { Capacity.forgetSummary(stateFD: stateFD) }
                 return store
             } catch let error as UserError {
                 close(stateFD)

@@ -22,7 +22,7 @@ struct Audit: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let opened = try Store.open(store)
+            let opened = try Store.open(store, changing: false)
             var shown = 0
             while true {
                 let records = AuditLog.read(stateFD: opened.stateFD)

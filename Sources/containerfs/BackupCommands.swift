@@ -42,7 +42,7 @@ struct BackupCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let opened = try Store.open(store)
+            let opened = try Store.open(store, changing: false)
             let set = try BackupSet.scan(opened)
             if list {
                 printList(set)

@@ -26,13 +26,16 @@ struct CapacityCommand: ParsableCommand {
         try reportingErrors {
             // Parsed before the store is opened: bad input leaves it untouched.
             let capacity = try size.map { (text) throws(UserError) in try parseCapacity(text) }
-            let opened = try Store.open(store)
+            let opened = try Store.open(store, changing: false)
             if let capacity {
                 try Capacity.write(opened, capacity.bytes)
                 try ControlChannel.capacityChanged(opened)
             }
             let current = Capacity.read(opened)
+            // A fresh count; recorded for the next mount, which then need not walk the store
+            // (the way to recount after the store was changed by hand: docs/capacity.md).
             let used = Capacity.usedBytes(rootFD: opened.rootFD)
+            if current != nil, MountLock.holder(opened) == nil { Capacity.writeSummary(stateFD: opened.stateFD, used) }
             let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
             FileHandleOutput.standardOutput.write("capacity of \(store): \(shown); used \(used) bytes (\(humanBytes(used)))\n")
         }

@@ -35,11 +35,19 @@ struct Create: ParsableCommand {
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
             let sign = Store.seal(installerKey)
             let protection = protection
+            let path = store
             let created = try Store.create(at: store, bundle: bundle, seal: { rootFD, stateFD, bundleName in
                 if let protection { try Store.writeDefaultProtection(protection, stateFD: stateFD) }
+                // On the staged copy: a container that would start past its capacity is not made.
+                if let bytes = choice?.bytes {
+                    let used = Capacity.usedBytes(rootFD: rootFD)
+                    if used > bytes {
+                        throw UserError("the bundle makes a container of \(used) bytes (\(humanBytes(used))), more than the capacity of \(bytes) bytes asked for: give a larger --capacity; nothing was created at \(path)")
+                    }
+                    try Capacity.write(stateFD: stateFD, bytes)
+                }
                 try sign?(rootFD, stateFD, bundleName)
             })
-            if let bytes = choice?.bytes { try Capacity.write(created, bytes) }
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint)\n")
         }
     }

@@ -9,7 +9,8 @@ struct Deliver: ParsableCommand {
             Each file or folder is copied whole and appears in the Inbox in one step (the app never
             sees a partial file), never overwriting: a taken name gets a numbered suffix
             (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted
-            container shows the files at once. The copies belong to whoever runs deliver and
+            container shows the files at once. A container with a capacity refuses a delivery that
+            would not fit (see 'containerfs capacity'). The copies belong to whoever runs deliver and
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
             """)
 
@@ -30,6 +31,7 @@ struct Deliver: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let opened = try Store.open(store)
+            try Delivery.checkFits(files, into: opened)
             var delivered: [ContainerPath] = []
             for file in files {
                 let wanted = name.map { Array($0.utf8) } ?? Array(file.utf8.split(separator: UInt8(ascii: "/")).last ?? [])

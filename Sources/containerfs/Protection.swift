@@ -46,7 +46,7 @@ struct Lock: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let status = try DeviceControl.send(.lock, to: try Store.open(store))
+            let status = try DeviceControl.send(.lock, to: try Store.open(store, changing: false))
             FileHandleOutput.standardOutput.write("\(store): \(status.state.text)\n")
         }
     }
@@ -61,7 +61,7 @@ struct Unlock: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let status = try DeviceControl.send(.unlock, to: try Store.open(store))
+            let status = try DeviceControl.send(.unlock, to: try Store.open(store, changing: false))
             FileHandleOutput.standardOutput.write("\(store): \(status.state.text)\n")
         }
     }
@@ -79,7 +79,7 @@ struct Status: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let opened = try Store.open(store)
+            let opened = try Store.open(store, changing: false)
             let status = try DeviceControl.send(.status, to: opened)
             // The capacity, when the container has one (SPEC §10): the device it simulates.
             let capacity = Capacity.read(opened)

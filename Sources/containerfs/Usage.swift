@@ -30,7 +30,7 @@ struct UsageCommand: ParsableCommand {
         try reportingErrors {
             if stores.isEmpty { throw UserError.usage("name at least one container store") }
             var opened: [Store] = []
-            for path in stores { opened.append(try Store.open(path)) }
+            for path in stores { opened.append(try Store.open(path, changing: false)) }
             var output = BufferedOutput()
             if json { output.write("[") }
             for (number, store) in opened.enumerated() {

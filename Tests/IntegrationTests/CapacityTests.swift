@@ -236,13 +236,116 @@ struct CapacityTests {
         #expect(access(container.base + "/other", F_OK) != 0, "no store made")
     }
 
-    /// Low storage before launch: tmp first, then caches least recently used first, only
-    /// as much as needed, printed; folders emptied below Library/Caches go too; a running
-    /// container is never purged; a threshold above the capacity is refused.
-    @Test func lowStoragePurgesOnlyWhatIsNeeded() throws {
+    /// Writes `size` MiB of zeros with dd to `path`.
+    static func ddFile(_ path: String, mebibytes: Int) throws {
+        let made = try runProgram(["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=\(mebibytes)", "status=none"])
+        guard made.status == 0 else { throw TestFailure("dd: \(made)") }
+    }
+
+    /// The free bytes statvfs shows at `path`.
+    static func freeBytes(_ path: String) -> Int {
+        var device = statvfs()
+        guard statvfs(path, &device) == 0 else { return -1 }
+        return Int(device.f_bfree) * Int(device.f_frsize)
+    }
+
+    /// `deliver` (mounted or not), `update` and `create --capacity` are held to the
+    /// capacity as the app's own writes are: what would not fit is refused in one line,
+    /// exit 1, the store untouched; a delivery into a mounted container counts at once.
+    @Test func deliverUpdateAndCreateAreHeldToTheCapacity() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "4M")
+        try Self.ddFile(container.base + "/big.bin", mebibytes: 6)
+        try Self.ddFile(container.base + "/small.bin", mebibytes: 1)
+        let before = try Self.storeBytes(container.store)
+
+        // Offline: refused whole, one line, nothing left in the Inbox or the staging folder.
+        let refused = try containerfs(["deliver", container.store, container.base + "/big.bin"])
+        #expect(refused.status == 1 && refused.stderr.split(separator: "\n").count == 1
+                && refused.stderr.contains("capacity"), "\(refused)")
+        #expect(access(container.stored("Documents/Inbox/big.bin"), F_OK) != 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: container.stored(".containerfs/incoming")).isEmpty)
+        #expect(try Self.storeBytes(container.store) == before, "store untouched")
+        let two = try containerfs(["deliver", container.store, container.base + "/small.bin", container.base + "/big.bin"])
+        #expect(two.status == 1 && access(container.stored("Documents/Inbox/small.bin"), F_OK) != 0, "nothing of a batch that does not fit: \(two)")
+
+        // Mounted: what fits goes in and counts toward used at once; what does not is refused.
+        try container.mount()
+        let freeBefore = Self.freeBytes(container.mountpoint)
+        let delivered = try containerfs(["deliver", container.store, container.base + "/small.bin"])
+        #expect(delivered.status == 0, "\(delivered)")
+        #expect(Self.freeBytes(container.mountpoint) <= freeBefore - (1 << 20), "the daemon counted the delivery")
+        let refusedMounted = try containerfs(["deliver", container.store, container.base + "/big.bin"])
+        #expect(refusedMounted.status == 1 && refusedMounted.stderr.contains("capacity"), "\(refusedMounted)")
+        container.unmount()
+
+        // update: a new bundle that would not fit is refused; the old one stays.
+        let bundle = container.base + "/v2/Demo.app"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try Data("<plist>v2</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        try Self.ddFile(bundle + "/huge.bin", mebibytes: 6)
+        let storeBefore = try Self.storeBytes(container.store)
+        let updated = try containerfs(["update", container.store, "--bundle", bundle])
+        #expect(updated.status == 1 && updated.stderr.split(separator: "\n").count == 1
+                && updated.stderr.contains("capacity"), "\(updated)")
+        #expect(access(container.stored("Demo.app/huge.bin"), F_OK) != 0 && access(container.stored("Demo.app/res/data.txt"), F_OK) == 0)
+        #expect(try Self.storeBytes(container.store) == storeBefore, "store untouched")
+        let verified = try containerfs(["verify", container.store])
+        #expect(verified.status == 0, "\(verified)")
+
+        // create: a bundle larger than the capacity makes no container.
+        let created = try containerfs(["create", container.base + "/other", "--bundle", bundle, "--capacity", "2M"])
+        #expect(created.status == 1 && created.stderr.split(separator: "\n").count == 1
+                && created.stderr.contains("capacity"), "\(created)")
+        #expect(access(container.base + "/other", F_OK) != 0, "no store made")
+    }
+
+    /// A clean unmount records the space used, and the next mount takes it instead of
+    /// walking the store; a mount drops it (a killed daemon leaves none); a command that
+    /// changes the store drops it; `containerfs capacity STORE` counts afresh.
+    @Test func mountTakesTheCountOfTheLastCleanUnmount() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
         try Self.setCapacity(container, "8M")
+        let summary = container.stored(".containerfs/used")
+        try container.mount()
+        #expect(access(summary, F_OK) != 0, "none while mounted")
+        try Self.ddFile(container.mounted("Documents/one"), mebibytes: 1)
+        let freeMounted = Self.freeBytes(container.mountpoint)
+        container.unmount()
+        let recorded = try String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(Int(recorded) == (8 << 20) - freeMounted, "the daemon's count: \(recorded)")
+
+        // The summary is what the next mount believes (a false one proves no walk was made).
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: summary))
+        try container.mount()
+        #expect(Self.freeBytes(container.mountpoint) == 8 << 20, "taken from the summary")
+        // Killed: no summary is left, the next mount walks.
+        let pid = try runProgram(["sh", "-c", "head -1 \(container.stored(".containerfs/mount.lock"))"])
+        _ = try runProgram(["kill", "-KILL", pid.stdout.trimmingCharacters(in: .whitespacesAndNewlines)])
+        usleep(300_000)
+        container.unmount()
+        #expect(access(summary, F_OK) != 0, "a killed daemon leaves no summary")
+        try container.mount()
+        #expect(Self.freeBytes(container.mountpoint) == freeMounted, "counted by a walk")
+        container.unmount()
+
+        // A command that changes the store drops the summary; `capacity` counts afresh.
+        #expect(access(summary, F_OK) == 0)
+        try Self.ddFile(container.base + "/small.bin", mebibytes: 1)
+        let delivered = try containerfs(["deliver", container.store, container.base + "/small.bin"])
+        #expect(delivered.status == 0 && access(summary, F_OK) != 0, "\(delivered)")
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: summary))
+        let shown = try containerfs(["capacity", container.store])
+        #expect(shown.status == 0, "\(shown)")
+        let recounted = try String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(Int(recounted) == (try Self.storeBytes(container.store)), "recounted: \(recounted)")
+    }
+
+    /// A store of capacity 8M holding 7M: 1M in tmp, two 2M caches (old, then new), 2M of documents.
+    static func fillForLowStorage(_ container: MountedContainer) throws {
+        try setCapacity(container, "8M")
         let write = """
             import os, sys
             store = sys.argv[1]
@@ -258,7 +361,16 @@ struct CapacityTests {
             put("Documents/d", 2 << 20, 0)
             """
         let made = try runProgram(["/usr/bin/python3", "-c", write, container.store])
-        try #require(made.status == 0, "\(made)")
+        guard made.status == 0 else { throw TestFailure("\(made)") }
+    }
+
+    /// Low storage before launch: tmp first, then caches least recently used first, only
+    /// as much as needed, printed; folders emptied below Library/Caches go too; a running
+    /// container is never purged; a threshold above the capacity is refused.
+    @Test func lowStoragePurgesOnlyWhatIsNeeded() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.fillForLowStorage(container)
 
         let tooMuch = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "9M"])
         #expect(tooMuch.status == 64 && tooMuch.stderr.split(separator: "\n").count == 1, "\(tooMuch)")
@@ -289,23 +401,7 @@ struct CapacityTests {
     @Test func runWithLowStoragePurgesBeforeTheProgramStarts() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        try Self.setCapacity(container, "8M")
-        let write = """
-            import os, sys
-            store = sys.argv[1]
-            def put(path, size, age):
-                full = os.path.join(store, path)
-                os.makedirs(os.path.dirname(full), exist_ok=True)
-                with open(full, "wb") as f: f.write(b"z" * size)
-                when = 1_000_000_000 + age
-                os.utime(full, (when, when))
-            put("tmp/scratch", 1 << 20, 0)
-            put("Library/Caches/old/a", 2 << 20, 10)
-            put("Library/Caches/new/b", 2 << 20, 20)
-            put("Documents/d", 2 << 20, 0)
-            """
-        let made = try runProgram(["/usr/bin/python3", "-c", write, container.store])
-        try #require(made.status == 0, "\(made)")
+        try Self.fillForLowStorage(container)
 
         let tooMuch = try containerfs(["run", container.store, "--low-storage", "9M", "--", "true"])
         #expect(tooMuch.status == 64 && tooMuch.stderr.split(separator: "\n").count == 1, "\(tooMuch)")
