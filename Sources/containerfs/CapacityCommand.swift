@@ -11,9 +11,14 @@ struct CapacityCommand: ParsableCommand {
             blocks; not the state folder): a write past it fails with ENOSPC as on a full disk, and \
             df inside the container shows it. On a mounted container the change takes effect at the \
             next write. Shrinking below what is used deletes nothing: growth fails until space is \
-            freed. Without SIZE, prints the capacity and the space used. See docs/capacity.md.
+            freed. Without SIZE, prints the capacity and the space used, counted afresh: on a store \
+            not mounted the count is recorded, so the next mount need not walk the store (run it \
+            after changing the store's files by hand). deliver, update and create --capacity refuse \
+            what would not fit. mount and run --low-storage, purge --until-free free space before \
+            a launch. See docs/capacity.md.
 
-            Examples: 'containerfs capacity ~/C 8M'; 'containerfs capacity ~/C none'.
+            Examples: 'containerfs capacity ~/C 8M'; 'containerfs capacity ~/C none'; \
+            'containerfs capacity ~/C' (show, recount).
             """)
 
     @Argument(help: "The container store.")
