@@ -17,7 +17,13 @@ public enum Capacity {
 
     /// As `read(_:)`, from the state folder's descriptor.
     public static func read(stateFD: Int32) -> Int64? {
-        guard var bytes = try? readFile(at: stateFD, fileName), bytes.count <= 32 else { return nil }
+        readNumber(stateFD, fileName)
+    }
+
+    /// The number of bytes the small state file `name` holds as decimal digits; nil when
+    /// it is missing or does not parse.
+    private static func readNumber(_ stateFD: Int32, _ name: [UInt8]) -> Int64? {
+        guard var bytes = try? readFile(at: stateFD, name), bytes.count <= 32 else { return nil }
         while bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
         guard let value = Int64(String(decoding: bytes, as: UTF8.self)), value >= 0 else { return nil }
         return value
@@ -114,10 +120,7 @@ public enum Capacity {
     /// The bytes in use a daemon recorded when it was last unmounted cleanly, if no
     /// command changed the store since (see docs/capacity.md, "Mount without a walk").
     public static func readSummary(stateFD: Int32) -> Int64? {
-        guard var bytes = try? readFile(at: stateFD, summaryName), bytes.count <= 32 else { return nil }
-        while bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
-        guard let value = Int64(String(decoding: bytes, as: UTF8.self)), value >= 0 else { return nil }
-        return value
+        readNumber(stateFD, summaryName)
     }
 
     /// Records `used` for the next mount: written atomically, at a clean unmount only.
