@@ -23,10 +23,10 @@ struct Mount: ParsableCommand {
             attributes, default 86400), threads=N (default 16), debug; others are passed to
             libfuse.
 
-            A container with a capacity (see 'containerfs capacity') is a device of that size:
-            writes past it fail with ENOSPC and df shows it; its files open without passthrough.
-            --low-storage first frees space as iOS does on a full device, e.g.
-            'containerfs mount ~/C ~/mnt --low-storage 10%' empties tmp/ and purges caches,
+            A container with a capacity (see 'containerfs capacity') is a device of that size: \
+            writes past it fail with ENOSPC and df shows it; its files open without passthrough. \
+            --low-storage first frees space as iOS does on a full device, e.g. \
+            'containerfs mount ~/C ~/mnt --low-storage 10%' empties tmp/ and purges caches, \
             least recently used first, until 10 % of the capacity is free. See docs/capacity.md.
             """)
 

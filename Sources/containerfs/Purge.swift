@@ -17,8 +17,8 @@ struct PurgeCommand: ParsableCommand {
             SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w (at most 292 years).
             Examples: 'containerfs purge ~/A ~/B --caches --free 500M';
             'containerfs purge ~/A --tmp --older-than 3d' (the periodic sweep of tmp).
-            --until-free SIZE|PERCENT frees space in each store not running, against its capacity
-            (see 'containerfs capacity'): tmp first, then caches least recently used first, only
+            --until-free SIZE|PERCENT frees space in each store not running, against its capacity \
+            (see 'containerfs capacity'): tmp first, then caches least recently used first, only \
             until that much is free, e.g. 'containerfs purge ~/A --caches --tmp --until-free 20%'.
             """)
 

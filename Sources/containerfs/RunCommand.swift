@@ -30,10 +30,10 @@ struct RunCommand: ParsableCommand {
             the exit status is the first failing launch's, named with the seed to replay it.
             See docs/lifecycle.md.
 
-            A container with a capacity (see 'containerfs capacity') is a full disk to the
-            program past it. --low-storage SIZE|PERCENT frees space before the program starts,
-            as iOS does when the device is low: 'containerfs run ~/C --low-storage 2M -- ./app'
-            empties tmp/ and purges caches least recently used first until 2 MiB are free,
+            A container with a capacity (see 'containerfs capacity') is a full disk to the \
+            program past it. --low-storage SIZE|PERCENT frees space before the program starts, \
+            as iOS does when the device is low: 'containerfs run ~/C --low-storage 2M -- ./app' \
+            empties tmp/ and purges caches least recently used first until 2 MiB are free, \
             printing what went. See docs/capacity.md.
 
             Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
