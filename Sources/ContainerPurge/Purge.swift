@@ -187,7 +187,7 @@ public enum Purge {
         }
         let removed = max(0, entries.count { !isTag($0.name) } - left)
         // Run's cleanup comes after its daemon recorded the space used: that is stale now.
-        if removed > 0, MountLock.holder(store) == nil { Capacity.forgetSummary(stateFD: store.stateFD) }
+        if removed > 0 { Capacity.forgetSummary(stateFD: store.stateFD) }
         return (removed, left)
     }
 
@@ -313,6 +313,8 @@ extension Purge {
         for tag in tags {
             if case .success = walker.unlink(tag) { removed.append(tag) }
         }
+        // Between run's launches, after a daemon recorded the space used: stale now.
+        if !removed.isEmpty { Capacity.forgetSummary(stateFD: store.stateFD) }
         if MountLock.holder(store) == nil, let index = TagIndex.load(store) {
             let gone = Set(removed.map(\.inode))
             TagIndex.write(store, index.filter { !gone.contains($0.inode) }, identity: TagIndex.mountIdentity(store))

@@ -44,7 +44,9 @@ public struct Run {
 
     /// Mounts the container, runs the program, cleans up; returns the program's exit status.
     public func runInContainer() throws(UserError) -> Int32 {
-        let opened = try Store.open(store)
+        // The space its daemon records is dropped by what changes the store after it: the
+        // purges of tmp/ and caches (ContainerPurge), not this open.
+        let opened = try Store.open(store, changing: false)
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
         let sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)

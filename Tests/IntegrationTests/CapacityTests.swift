@@ -348,6 +348,27 @@ struct CapacityTests {
         #expect(Int(recounted) == (try Self.storeBytes(container.store)), "recounted: \(recounted)")
     }
 
+    /// `run` leaves a true count for the next mount: its daemon records what it counted
+    /// less the `tmp/` it emptied; purges between launches drop what is stale.
+    @Test func runLeavesATrueCount() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        let summary = container.stored(".containerfs/used")
+        let ran = try containerfs(["run", container.store, "--", "/bin/sh", "-c",
+                                   "dd if=/dev/zero of=Documents/a bs=1M count=1 status=none && dd if=/dev/zero of=tmp/t bs=1M count=1 status=none && dd if=/dev/zero of=Library/Caches/c bs=1M count=1 status=none"])
+        try #require(ran.status == 0, "\(ran)")
+        let recorded = try String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(Int(recorded) == (try Self.storeBytes(container.store)), "recorded \(recorded)")
+
+        let launches = try containerfs(["run", container.store, "--launches", "2", "--purge-between", "caches", "--", "true"])
+        try #require(launches.status == 0, "\(launches)")
+        #expect(access(container.stored("Library/Caches/c"), F_OK) != 0, "purged between launches")
+        if let after = try? String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) {
+            #expect(Int(after) == (try Self.storeBytes(container.store)), "recorded \(after)")
+        }
+    }
+
     /// A store of capacity 8M holding 7M: 1M in tmp, two 2M caches (old, then new), 2M of documents.
     static func fillForLowStorage(_ container: MountedContainer) throws {
         try setCapacity(container, "8M")
