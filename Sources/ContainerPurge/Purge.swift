@@ -150,6 +150,8 @@ public enum Purge {
             let store = stores[source.store]
             var deleted = source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].containerPath }
             deleted += removeEmptiedFolders(store, deleted)
+            // The space a daemon recorded at its last unmount is stale now.
+            if !deleted.isEmpty { Capacity.forgetSummary(stateFD: store.stateFD) }
             // A store mounted now (also one whose mount started while we were deleting)
             // must drop what its kernel cached about the deleted files.
             if !deleted.isEmpty, MountLock.holder(store) != nil {

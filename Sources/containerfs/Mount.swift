@@ -54,8 +54,9 @@ struct Mount: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let parsed = try MountOptions.parse(options)
-            // Only a purge for low storage changes the store before the daemon counts it.
-            let opened = try Store.open(store, changing: lowStorage != nil)
+            // Only a purge for low storage changes the store before the daemon counts it, and
+            // what it deletes drops the recorded count itself (ContainerPurge).
+            let opened = try Store.open(store, changing: false)
             // A tampered bundle does not launch (SPEC §5); the daemon's parent has checked.
             if readyFD == nil { try BundleVerification.requireIntact(opened, keyPath: key) }
             try MountDaemon.checkMountpoint(mountpoint)

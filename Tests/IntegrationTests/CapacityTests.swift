@@ -346,6 +346,15 @@ struct CapacityTests {
         #expect(shown.status == 0, "\(shown)")
         let recounted = try String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(Int(recounted) == (try Self.storeBytes(container.store)), "recounted: \(recounted)")
+
+        // A purge for low storage before a mount drops the record: the daemon counts anew.
+        try container.mount()
+        try Self.ddFile(container.mounted("Library/Caches/big"), mebibytes: 4)
+        container.unmount()
+        #expect(access(summary, F_OK) == 0)
+        let low = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "5M"])
+        try #require(low.status == 0 && low.stdout.contains("Library/Caches/big"), "\(low)")
+        #expect(Self.freeBytes(container.mountpoint) == (8 << 20) - (try Self.storeBytes(container.store)), "counted after the purge")
     }
 
     /// `run` leaves a true count for the next mount: its daemon records what it counted
