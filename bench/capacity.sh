@@ -3,12 +3,13 @@
 # files into a container with a capacity of 2 GiB, next to the same container without
 # one, same run, runs interleaved; and the mount time of a 100,000-file store: without a
 # capacity, with one and the count a clean unmount recorded (the usual case), and with
-# one and no record (after a killed daemon: the walk). Medians of RUNS (default 5).
+# one and no record (after a killed daemon: the walk). Medians of RUNS (default 5; 1 with
+# BENCH_QUICK=1).
 # Usage: bench/capacity.sh PATH_TO_containerfs
 # Writes bench/results/capacity.txt. Needs root (it drops caches).
 set -euo pipefail
 cfs=$(realpath "$1")
-runs=${RUNS:-5}
+runs=${RUNS:-$([[ ${BENCH_QUICK:-} == 1 ]] && echo 1 || echo 5)}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=${BENCH_ROOT:-/var/tmp/cfs-bench}/capacity
 rm -rf "$root"; mkdir -p "$root/App.app"

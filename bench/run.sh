@@ -48,7 +48,7 @@ python3 "$here/bench.py" "$@" || status=$?
 "$here/purge.sh" "$1" || status=$?
 # Data protection (issue 14): a complete folder (no passthrough) against a none folder.
 python3 "$here/protection.py" "$1" || status=$?
-# Capacity (issue 13): the price of the accounting, and the mount-time walk.
+# Capacity (issue 13): the price of the accounting, and mount with a recorded count or a walk.
 "$here/capacity.sh" "$1" || status=$?
 # What one synchronous hop costs here: the floor under the metadata rows.
 "$here/roundtrip.sh" "$1" || status=$?
