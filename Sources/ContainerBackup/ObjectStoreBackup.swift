@@ -69,7 +69,7 @@ public enum ObjectStoreBackup {
     public static func restore(from url: ObjectURL, config: ObjectStoreConfig, to storePath: String, bundle bundlePath: String,
                                installerKey: InstallerKey? = nil,
                                downloadProgress: ((Int64, Int64) -> Void)? = nil,
-                               progress: ((RestorePhase, Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
+                               progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
         var bundleInfo = stat()
         guard lstat(bundlePath, &bundleInfo) == 0, bundleInfo.st_mode & S_IFMT == S_IFDIR else {
             throw UserError.usage("no bundle folder at \(bundlePath): name the app's NAME.app folder with --bundle")

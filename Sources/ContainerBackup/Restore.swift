@@ -16,19 +16,15 @@ public struct RestoreSummary: Sendable {
     public var bundleName: [UInt8] = []
 }
 
-/// Which pass a restore is in, for progress.
-public enum RestorePhase: String, Sendable {
-    case verifying, restoring
-}
-
 /// Makes a container from a backup archive, as a device restored from backup: the data
 /// from the archive, empty `Library/Caches` and `tmp`, and a fresh install of the bundle
 /// (SPEC §4, docs/backup.md).
 ///
-/// The whole archive is checked against its manifest, and against the rules for hostile
-/// archives, before anything is written. The container is then built in a hidden sibling
-/// of `STORE`, through descriptors that follow no symlink, and renamed into place only
-/// when complete: a failure at any point leaves nothing behind.
+/// One pass, verifying as it reads: the container is built in a hidden sibling of `STORE`,
+/// through descriptors that follow no symlink; each entry is checked against the rules for
+/// hostile archives and against the manifest (the archive's first entry), each file's
+/// SHA-256 as it is written. Only an archive that verified to its end is renamed into
+/// place: a failure at any point leaves nothing behind.
 public enum Restore {
     /// The largest manifest read into memory (about ten million entries).
     static let manifestLimit: Int64 = 1 << 30
@@ -37,7 +33,7 @@ public enum Restore {
     /// at `bundlePath` as `create` does (signed with `installerKey`, when given).
     public static func restore(archive archivePath: String, to storePath: String, bundle bundlePath: String,
                                installerKey: InstallerKey? = nil,
-                               progress: ((RestorePhase, Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
+                               progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
         let fd = Glibc.open(archivePath, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw UserError("cannot read archive \(archivePath): \(Errno.current)") }
         defer { close(fd) }
@@ -54,39 +50,15 @@ public enum Restore {
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: storePath)
 
-        // Pass 1: read the whole archive, writing nothing.
-        let manifest: BackupManifest
-        do {
-            var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), bundleName: bundleName, extractingInto: nil, progress: progress)
-            manifest = try pass.run()
-        } catch let refusal as Refusal {
-            throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
-        } catch let failure as ArchiveFailure {
-            throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
-        } catch {
-            throw UserError("cannot read archive \(archivePath): \(error); nothing was written")
-        }
-        guard manifest.bundleName == bundleName else {
-            throw UserError.usage("\(archivePath) is a backup of \(ContainerPath.printable(manifest.bundleName)), not \(ContainerPath.printable(bundleName)): name that app's bundle with --bundle; nothing was written")
-        }
-
-        // Pass 2: a fresh container aside, the data into it, then into place.
         let staging = try Store.buildAside(in: parentFD, beside: leaf, "restoring", bundle: bundlePath, seal: Store.seal(installerKey), path: storePath)
         var summary = RestoreSummary()
         do {
             let store = try Store.open(at: parentFD, staging, path: storePath)
-            guard lseek(fd, 0, SEEK_SET) == 0 else { throw Errno.current }
-            var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), bundleName: bundleName, extractingInto: store, progress: progress)
-            pass.expected = manifest
-            _ = try pass.run()
+            var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), into: store, progress: progress)
+            let manifest = try pass.run()
             summary.entries = pass.entries
             summary.bytes = pass.bytes
-            // The archive must be the one verified: a change between the passes is refused.
-            var after = stat()
-            try sys { fstat(fd, &after) }
-            guard after.st_size == before.st_size, after.st_mtim.tv_sec == before.st_mtim.tv_sec,
-                  after.st_mtim.tv_nsec == before.st_mtim.tv_nsec, after.st_ctim.tv_nsec == before.st_ctim.tv_nsec
-            else { throw Refusal("it changed while it was being restored") }
+            summary.bundleName = manifest.bundleName
             let rootFD = try sys { openat(store.rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
             defer { close(rootFD) }
             try sys { clinux_syncfs(rootFD) }
@@ -97,6 +69,8 @@ public enum Restore {
             removeTree(at: parentFD, staging)
             switch error {
             case let error as UserError: throw error
+            case let other as AnotherApp:
+                throw UserError.usage("\(archivePath) is a backup of \(ContainerPath.printable(other.bundleName)), not \(ContainerPath.printable(bundleName)): name that app's bundle with --bundle; nothing was written")
             case let refusal as Refusal: throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
             case let failure as ArchiveFailure: throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
             case let error as Errno where error.code == ENOTEMPTY || error.code == EEXIST:
@@ -104,7 +78,6 @@ public enum Restore {
             default: throw UserError("cannot restore into \(storePath): \(error); nothing was written")
             }
         }
-        summary.bundleName = manifest.bundleName
         return summary
     }
 
@@ -137,16 +110,18 @@ struct Refusal: Error {
     init(_ reason: String) { self.reason = reason }
 }
 
-/// One pass over an archive. Without a store it verifies: every entry against the rules
-/// and the manifest, every file's SHA-256 against it. With a store it checks every entry
-/// again (all but the hashes) and writes it below the store's root.
+/// The archive is a backup of another app than the bundle given.
+struct AnotherApp: Error {
+    let bundleName: [UInt8]
+}
+
+/// The one pass over an archive: every entry checked against the rules and the manifest,
+/// then written below the store's root, every file's SHA-256 checked as it is written.
 private struct ArchivePass {
     let reader: ArchiveReader
     let total: Int64
-    let store: Store?
-    let progress: ((RestorePhase, Int64, Int64) -> Void)?
-    /// The verified manifest, for the second pass.
-    var expected: BackupManifest?
+    let store: Store
+    let progress: ((Int64, Int64) -> Void)?
     var entries = 0
     var bytes: Int64 = 0
 
@@ -160,17 +135,17 @@ private struct ArchivePass {
     /// The folder entries are written into, kept open while siblings follow.
     private var parent: (path: ContainerPath, fd: Int32)?
     private let layout: ContainerLayout
-    /// For the first pass: two buffers for chunks being hashed on the second core.
+    /// Two buffers for chunks of a large file being hashed on the second core.
     private let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096),
                            UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
     private let backgroundHasher = BackgroundHasher()
 
-    init(fd: Int32, total: Int64, bundleName: [UInt8], extractingInto store: Store?, progress: ((RestorePhase, Int64, Int64) -> Void)?) throws {
+    init(fd: Int32, total: Int64, into store: Store, progress: ((Int64, Int64) -> Void)?) throws {
         reader = try ArchiveReader(fd: fd)
         self.total = total
         self.store = store
         self.progress = progress
-        layout = ContainerLayout(bundleName: bundleName)
+        layout = store.layout
     }
 
     mutating func run() throws -> BackupManifest {
@@ -179,8 +154,7 @@ private struct ArchivePass {
             backgroundHasher.drain()
             buffers.forEach { $0.deallocate() }
         }
-        let phase: RestorePhase = store == nil ? .verifying : .restoring
-        progress?(phase, 0, total)
+        progress?(0, total)
         guard let first = try reader.next(), first.path == BackupManifest.entryPath, first.type == S_IFREG, first.hardLinkTarget == nil else {
             throw Refusal("it is not a containerfs backup (its first entry is not \(String(decoding: BackupManifest.entryPath, as: UTF8.self)))")
         }
@@ -189,7 +163,7 @@ private struct ArchivePass {
         manifestBytes.reserveCapacity(Int(first.size))
         try reader.readData { manifestBytes += $0 }
         guard let manifest = BackupManifest(parsing: manifestBytes) else { throw Refusal("its manifest is malformed") }
-        if let expected, expected != manifest { throw Refusal("its manifest changed between the passes") }
+        guard manifest.bundleName == layout.bundleName else { throw AnotherApp(bundleName: manifest.bundleName) }
 
         var index = 0
         while var entry = try reader.next() {
@@ -198,21 +172,16 @@ private struct ArchivePass {
             guard index < manifest.records.count else {
                 throw Refusal("entry \(path) is not in the manifest")
             }
-            let record = manifest.records[index]
+            try extract(entry, path: path, kind: kind, record: manifest.records[index])
             index += 1
-            if let store {
-                try extract(entry, path: path, kind: kind, record: record, into: store)
-            } else {
-                try verify(entry, path: path, kind: kind, record: record)
-            }
             entries += 1
-            progress?(phase, reader.bytesRead, total)
+            progress?(reader.bytesRead, total)
         }
         guard index == manifest.records.count else {
             throw Refusal("it ends before \(manifest.records[index].path), which the manifest lists: it is truncated")
         }
-        if store != nil { try finishDirectories() }
-        progress?(phase, total, total)
+        try finishDirectories()
+        progress?(total, total)
         return manifest
     }
 
@@ -291,14 +260,38 @@ private struct ArchivePass {
         }
     }
 
-    /// Pass 1: the entry is what the manifest says, a file's data hashes to its SHA-256.
-    private mutating func verify(_ entry: ArchiveEntryRead, path: ContainerPath, kind: BackupItem.Kind?, record: BackupManifest.Record) throws {
-        let found: BackupManifest.Record
+    /// Writes the entry, once it is what the manifest says; a file's data must hash to its
+    /// SHA-256 there (checked when it is written, before the next entry).
+    private mutating func extract(_ entry: ArchiveEntryRead, path: ContainerPath, kind: BackupItem.Kind?, record: BackupManifest.Record) throws {
+        switch (kind, record) {
+        case (.directory, .directory(let p)) where p == path: break
+        case (.file, .file(let p, _)) where p == path: break
+        case (.symlink, .symlink(let p, let target)) where p == path && target == entry.symlinkTarget: break
+        case (nil, .hardLink(let p, let target)) where p == path && target.bytes == entry.hardLinkTarget: break
+        default: throw Refusal("entry \(path) does not match its manifest (which lists \(record.path) there): the archive was changed or damaged")
+        }
+        let parentFD = try openParent(of: path)
+        let name = path.components.last!
         switch kind {
-        case .directory: found = .directory(path)
-        case .symlink: found = .symlink(path, target: entry.symlinkTarget ?? [])
-        case nil: found = .hardLink(path, target: ContainerPath(strict: entry.hardLinkTarget!)!)
+        case .directory:
+            if case .standard = layout.location(of: path) {
+                // Made by the fresh install already.
+            } else {
+                try withCName(name) { (cname) throws(Errno) in _ = try sys { mkdirat(parentFD, cname, 0o700) } }
+            }
+            if !entry.attributes.isEmpty {
+                let fd = try withCName(name) { (cname) throws(Errno) in
+                    try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                }
+                defer { close(fd) }
+                try setAttributes(entry.attributes, fd)
+            }
+            madeDirectories.append((path, entry))
         case .file:
+            let fd = try withCName(name) { (cname) throws(Errno) in
+                try sys { openat(parentFD, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+            }
+            defer { close(fd) }
             // A large file is hashed on the second core: each chunk copied out of
             // libarchive's buffer (valid only until the next read) into one of two buffers.
             let inBackground = entry.size >= Backup.backgroundHashSize
@@ -321,54 +314,6 @@ private struct ArchivePass {
                 } else {
                     hasher.update(bufferPointer: chunk)
                 }
-                size += Int64(chunk.count)
-            }
-            guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
-            bytes += size
-            found = .file(path, sha256: inBackground ? backgroundHasher.finalize() : Array(hasher.finalize()))
-        }
-        guard found == record else {
-            if case .file(let p, _) = record, p == path {
-                throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
-            }
-            throw Refusal("entry \(path) does not match its manifest (which lists \(record.path) there): the archive was changed or damaged")
-        }
-    }
-
-    /// Pass 2: the entry again against the manifest (not the hashes: pass 1 did those, and
-    /// the archive is checked unchanged afterwards), then written.
-    private mutating func extract(_ entry: ArchiveEntryRead, path: ContainerPath, kind: BackupItem.Kind?, record: BackupManifest.Record, into store: Store) throws {
-        switch (kind, record) {
-        case (.directory, .directory(let p)) where p == path: break
-        case (.file, .file(let p, _)) where p == path: break
-        case (.symlink, .symlink(let p, let target)) where p == path && target == entry.symlinkTarget: break
-        case (nil, .hardLink(let p, let target)) where p == path && target.bytes == entry.hardLinkTarget: break
-        default: throw Refusal("entry \(path) does not match its manifest: the archive was changed during the restore")
-        }
-        let parentFD = try openParent(of: path, in: store)
-        let name = path.components.last!
-        switch kind {
-        case .directory:
-            if case .standard = layout.location(of: path) {
-                // Made by the fresh install already.
-            } else {
-                try withCName(name) { (cname) throws(Errno) in _ = try sys { mkdirat(parentFD, cname, 0o700) } }
-            }
-            if !entry.attributes.isEmpty {
-                let fd = try withCName(name) { (cname) throws(Errno) in
-                    try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                }
-                defer { close(fd) }
-                try setAttributes(entry.attributes, fd)
-            }
-            madeDirectories.append((path, entry))
-        case .file:
-            let fd = try withCName(name) { (cname) throws(Errno) in
-                try sys { openat(parentFD, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-            }
-            defer { close(fd) }
-            var size: Int64 = 0
-            try reader.readData { chunk in
                 var done = 0
                 while done < chunk.count {
                     let start = done
@@ -377,6 +322,10 @@ private struct ArchivePass {
                 size += Int64(chunk.count)
             }
             guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
+            let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
+            guard BackupManifest.Record.file(path, sha256: digest) == record else {
+                throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
+            }
             bytes += size
             try setAttributes(entry.attributes, fd)
             try sys { fchmod(fd, HandedOverMode.file(entry.permissions)) }
@@ -404,7 +353,7 @@ private struct ArchivePass {
 
     /// The folder holding `path`, opened below the store's root with openat2 refusing
     /// every symlink; kept open for the siblings that follow.
-    private mutating func openParent(of path: ContainerPath, in store: Store) throws(Errno) -> Int32 {
+    private mutating func openParent(of path: ContainerPath) throws(Errno) -> Int32 {
         let parentPath = ContainerPath(components: Array(path.components.dropLast()))
         if let parent, parent.path == parentPath { return parent.fd }
         if let parent { close(parent.fd) }
@@ -418,7 +367,6 @@ private struct ArchivePass {
 
     /// Sets folders' modes and times once everything inside them is written, deepest first.
     private mutating func finishDirectories() throws {
-        guard let store else { return }
         if let parent { close(parent.fd) }
         parent = nil
         for (path, entry) in madeDirectories.reversed() {

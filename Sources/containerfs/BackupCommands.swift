@@ -157,26 +157,19 @@ struct RestoreCommand: ParsableCommand {
             // As create: the key first, so a key that cannot be had writes nothing.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
-            let bar = ProgressBar("verify ")
+            let bar = ProgressBar("restore")
             let summary: RestoreSummary
             do {
-                var phase = RestorePhase.verifying
-                let update = { (current: RestorePhase, done: Int64, total: Int64) in
-                    if current != phase {
-                        phase = current
-                        bar.restart("restore")
-                    }
-                    bar.update(done, total)
-                }
+                let update = { (done: Int64, total: Int64) in bar.update(done, total) }
                 if ObjectURL.isObjectURL(archive) {
                     let url = try ObjectURL(parsing: archive, requireKey: true)
                     let download = ProgressBar("fetch  ")
                     summary = try ObjectStoreBackup.restore(
                         from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle, installerKey: installerKey,
                         downloadProgress: { download.update($0, $1) },
-                        progress: { current, done, total in
+                        progress: { done, total in
                             download.finish()
-                            update(current, done, total)
+                            update(done, total)
                         })
                     download.finish()
                 } else {

@@ -5,20 +5,13 @@ import Glibc
 /// stderr is a terminal, at most ten times a second.
 final class ProgressBar {
     private let enabled = isatty(2) == 1
-    private var label: String
-    private var start = monotonicSeconds()
+    private let label: String
+    private let start = monotonicSeconds()
     private var lastDraw = 0.0
     private var drawn = false
 
     init(_ label: String) {
         self.label = label
-    }
-
-    /// Starts over with a new label (a new phase).
-    func restart(_ label: String) {
-        self.label = label
-        start = monotonicSeconds()
-        lastDraw = 0
     }
 
     func update(_ done: Int64, _ total: Int64) {
