@@ -84,7 +84,9 @@ timed() {
 }
 peak() { /usr/bin/time -f %M -o "$root/peak" "$@" >/dev/null && cat "$root/peak"; }
 cfs_backup() { "$bin" backup "$root/store" s3://bench/cfs-up.tar; }
-rclone_up() { rclone_ copyto "$root/cfs.tar" sw:bench/rclone-up.tar; }
+# --ignore-times: an object of the same size and time is already there from the run
+# before, which rclone would otherwise skip.
+rclone_up() { rclone_ copyto --ignore-times "$root/cfs.tar" sw:bench/rclone-up.tar; }
 cfs_restore() { "$bin" restore s3://bench/cfs-up.tar "$root/restored" --bundle "$root/Bench.app"; }
 rclone_down() { rclone_ copyto sw:bench/rclone-up.tar "$root/down.tar" && sync "$root/down.tar"; }
 
