@@ -30,6 +30,12 @@ final class SpaceAccount: Sendable {
         var unlinked: Set<InodeKey> = []
     }
 
+    /// The blocks of each folder names were added to, as last seen: a folder grows a block
+    /// at a time as names are added (ext4 never shrinks one), and each growth is counted
+    /// as the difference to what was seen before, so concurrent creations in one folder
+    /// count its growth once.
+    private let folders = Mutex<[InodeKey: Int64]>([:])
+
     /// Whether the container has a capacity (then the space is counted).
     @inline(__always)
     var isActive: Bool { limitBytes.load(ordering: .relaxed) >= 0 }
@@ -120,11 +126,29 @@ final class SpaceAccount: Sendable {
         if freed, fstat(fd, &info) == 0 { settle(reserved: Capacity.blockBytes(info), actual: 0) }
     }
 
+    /// Whether the folder `key`'s blocks were seen since counting began.
+    func knowsFolder(_ key: InodeKey) -> Bool {
+        folders.withLock { $0[key] != nil }
+    }
+
+    /// The folder `key` has `bytes` in blocks now: counts what it gained since last seen
+    /// (nothing the first time, which must come before any change the daemon makes).
+    func folderSeen(_ key: InodeKey, _ bytes: Int64) {
+        let growth = folders.withLock { table -> Int64 in
+            let before = table[key] ?? bytes
+            table[key] = bytes
+            return bytes - before
+        }
+        settle(reserved: 0, actual: growth)
+    }
+
     /// Records that `info`'s node lost a name; its space is free when that was its last
     /// link, unless a program still holds it open.
     func removed(_ info: stat) {
         guard info.st_mode & S_IFMT == S_IFDIR || info.st_nlink <= 1 else { return }
         let key = InodeKey(info)
+        // Its inode number may come back as another folder.
+        if info.st_mode & S_IFMT == S_IFDIR { folders.withLock { _ = $0.removeValue(forKey: key) } }
         let isOpen = held.withLock { files -> Bool in
             guard files.opens[key] != nil else { return false }
             files.unlinked.insert(key)
@@ -206,6 +230,35 @@ extension FileSystem {
     func checkSpaceForCreation(exists: () -> Bool = { false }) throws(Errno) {
         guard space.isActive, space.free == 0, !exists() else { return }
         throw Errno(ENOSPC)
+    }
+
+    /// Runs `body`, which adds a name to `directory`, counting the blocks the folder grows
+    /// by: without it, empty files with long names pass the capacity unseen.
+    @inline(__always)
+    func countingFolderGrowth<Result>(_ directory: Inode, _ body: () throws(Errno) -> Result) throws(Errno) -> Result {
+        guard space.isActive else { return try body() }
+        if !space.knowsFolder(directory.key), let bytes = blockBytes(of: directory) { space.folderSeen(directory.key, bytes) }
+        let result = try body()
+        if let bytes = blockBytes(of: directory) { space.folderSeen(directory.key, bytes) }
+        return result
+    }
+
+    /// Runs `body`, which sets or removes an extended attribute of `node`, within the
+    /// capacity: refused when it is reached, and the blocks the attributes take counted
+    /// (on ext4 a large value takes a block of its own).
+    @inline(__always)
+    func countingAttributeBlocks(_ node: Inode, adding: Bool, _ body: () throws(Errno) -> Void) throws(Errno) {
+        guard space.isActive else { return try body() }
+        if adding, space.free == 0 { throw Errno(ENOSPC) }
+        let before = blockBytes(of: node)
+        try body()
+        if let before, let after = blockBytes(of: node) { space.settle(reserved: 0, actual: after - before) }
+    }
+
+    private func blockBytes(of node: Inode) -> Int64? {
+        var info = stat()
+        let found = try? inodes.withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH) }
+        return found == 0 ? Capacity.blockBytes(info) : nil
     }
 
     /// Counts the blocks of a node just created.

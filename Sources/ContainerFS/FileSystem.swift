@@ -248,7 +248,9 @@ final class FileSystem: @unchecked Sendable {
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
         try checkSpaceForCreation()
         try useUmask(of: caller)
-        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mknodat(fd, name, type | permittedMode(mode, type: type), device) } }
+        try countingFolderGrowth(directory) { () throws(Errno) in
+            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mknodat(fd, name, type | permittedMode(mode, type: type), device) } }
+        }
         return try created(caller, directory, name, childName, location)
     }
 
@@ -257,7 +259,9 @@ final class FileSystem: @unchecked Sendable {
         try check(.create(location), caller, "mkdir", [(path(directory, childName), location)])
         try checkSpaceForCreation()
         try useUmask(of: caller)
-        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mkdirat(fd, name, mode) } }
+        try countingFolderGrowth(directory) { () throws(Errno) in
+            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mkdirat(fd, name, mode) } }
+        }
         let param = try created(caller, directory, name, childName, location)
         countCreated(param.attr)
         return param
@@ -267,7 +271,9 @@ final class FileSystem: @unchecked Sendable {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "symlink", [(path(directory, childName), location)])
         try checkSpaceForCreation()
-        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { symlinkat(target, fd, name) } }
+        try countingFolderGrowth(directory) { () throws(Errno) in
+            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { symlinkat(target, fd, name) } }
+        }
         let param = try created(caller, directory, name, childName, location)
         countCreated(param.attr)
         return param
@@ -279,9 +285,12 @@ final class FileSystem: @unchecked Sendable {
         let (directory, childName, location) = try child(parent, name)
         try check(.link(from: source, to: location), caller, "link",
                   [(path(node), source), (path(directory, childName), location)])
+        try checkSpaceForCreation()
         // Linking the /proc/self/fd magic link links the node itself, not a path to it.
-        try inodes.withDescriptor(node) { fd throws(Errno) in
-            try inodes.withDescriptor(directory) { directoryFD throws(Errno) in try sys { clinux_node_link(fd, directoryFD, name) } }
+        try countingFolderGrowth(directory) { () throws(Errno) in
+            try inodes.withDescriptor(node) { fd throws(Errno) in
+                try inodes.withDescriptor(directory) { directoryFD throws(Errno) in try sys { clinux_node_link(fd, directoryFD, name) } }
+            }
         }
         return try entry(directory, name, childName, location)
     }
@@ -313,8 +322,10 @@ final class FileSystem: @unchecked Sendable {
         // A node the rename replaces loses a name, as with unlink.
         let replaced = exchange ? nil : removing(to, newName, toName)
         let replacedBlocks = exchange ? nil : nodeBeforeRemoval(to, newName)
-        try inodes.withDescriptor(from) { fromFD throws(Errno) in
-            try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
+        try countingFolderGrowth(to) { () throws(Errno) in
+            try inodes.withDescriptor(from) { fromFD throws(Errno) in
+                try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
+            }
         }
         if let replaced { inodes.removed(replaced) }
         countRemoved(replacedBlocks)
@@ -365,8 +376,10 @@ final class FileSystem: @unchecked Sendable {
         try checkSpaceForCreation(exists: { nodeBeforeRemoval(directory, name) != nil })
         try useUmask(of: caller)
         let permitted = permittedMode(mode, type: S_IFREG)
-        let fd = try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
-            try inodes.exhaustible { openat(directoryFD, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
+        let fd = try countingFolderGrowth(directory) { () throws(Errno) in
+            try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
+                try inodes.exhaustible { openat(directoryFD, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
+            }
         }
         Tagging.created(fd, location)
         do {
@@ -475,7 +488,9 @@ final class FileSystem: @unchecked Sendable {
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : size))
-        try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
+        try countingAttributeBlocks(node, adding: true) { () throws(Errno) in
+            try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
+        }
     }
 
     func removexattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
@@ -484,7 +499,9 @@ final class FileSystem: @unchecked Sendable {
         try check(.changeMetadata(location), caller, "removexattr", [(path(node), location)])
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, nil)
-        try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_removexattr(fd, name) } }
+        try countingAttributeBlocks(node, adding: false) { () throws(Errno) in
+            try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_removexattr(fd, name) } }
+        }
     }
 
     /// Reads an attribute's value into `buffer` (or its size when `buffer` is empty).
