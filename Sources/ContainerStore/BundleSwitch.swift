@@ -149,7 +149,7 @@ public enum BundleSwitch {
     static func rollForward(rootFD: Int32, stateFD: Int32) throws(Errno) {
         let bytes: [UInt8]
         do {
-            bytes = try readFile(at: stateFD, journalName)
+            bytes = try readFile(at: stateFD, journalName, limit: smallStateFileLimit)
         } catch {
             if error.code == ENOENT { return }
             throw error
@@ -161,8 +161,8 @@ public enum BundleSwitch {
         defer { close(stagedState) }
 
         if exists(at: stagedState, Store.bundleNameFile) {
-            let newName = try readFile(at: stagedState, Store.bundleNameFile)
-            let oldName = try readFile(at: stateFD, Store.bundleNameFile)
+            let newName = try readFile(at: stagedState, Store.bundleNameFile, limit: smallStateFileLimit)
+            let oldName = try readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit)
             // 1. The bundle.
             if !isEntry(at: rootFD, newName, device: journal.device, inode: journal.inode) {
                 let flags = newName == oldName && exists(at: rootFD, newName) ? clinux_RENAME_EXCHANGE : clinux_RENAME_NOREPLACE

@@ -23,7 +23,7 @@ public enum Capacity {
     /// The number of bytes the small state file `name` holds as decimal digits; nil when
     /// it is missing or does not parse.
     private static func readNumber(_ stateFD: Int32, _ name: [UInt8]) -> Int64? {
-        guard var bytes = try? readFile(at: stateFD, name), bytes.count <= 32 else { return nil }
+        guard var bytes = try? readFile(at: stateFD, name, limit: smallStateFileLimit), bytes.count <= 32 else { return nil }
         while bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
         guard let value = Int64(String(decoding: bytes, as: UTF8.self)), value >= 0 else { return nil }
         return value

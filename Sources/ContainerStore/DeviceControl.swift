@@ -14,14 +14,9 @@ extension Store {
     }
 
     static func readDefaultProtection(stateFD: Int32) -> ProtectionClass? {
-        let fd = withCName(protectionFile) { openat(stateFD, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 64)
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard count > 0 else { return nil }
-        var value = buffer.prefix(count)
-        if value.last == UInt8(ascii: "\n") { value = value.dropLast() }
+        // readFile: a FIFO planted there must not block the daemon or the command.
+        guard var value = try? readFile(at: stateFD, protectionFile, limit: smallStateFileLimit), !value.isEmpty else { return nil }
+        if value.last == UInt8(ascii: "\n") { value.removeLast() }
         return ProtectionClass(value: value)
     }
 

@@ -38,7 +38,7 @@ public struct OffloadRecord: Sendable, Equatable {
     static func read(stateFD: Int32, bundleName: [UInt8]) throws(Errno) -> OffloadRecord? {
         let bytes: [UInt8]
         do {
-            bytes = try readFile(at: stateFD, fileName)
+            bytes = try readFile(at: stateFD, fileName, limit: smallStateFileLimit)
         } catch {
             if error.code == ENOENT { return nil }
             throw error
@@ -50,7 +50,7 @@ public struct OffloadRecord: Sendable, Equatable {
 
     /// True when a record exists and the bundle is still there: an offload a crash cut short.
     static func isUnfinished(rootFD: Int32, stateFD: Int32) -> Bool {
-        guard BundleSwitch.exists(at: stateFD, fileName), let name = try? readFile(at: stateFD, Store.bundleNameFile) else { return false }
+        guard BundleSwitch.exists(at: stateFD, fileName), let name = try? readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit) else { return false }
         return BundleSwitch.exists(at: rootFD, name)
     }
 
@@ -58,7 +58,7 @@ public struct OffloadRecord: Sendable, Equatable {
     /// to do when it is installed or already gone.
     static func finish(rootFD: Int32, stateFD: Int32) throws(Errno) {
         guard isUnfinished(rootFD: rootFD, stateFD: stateFD) else { return }
-        let name = try readFile(at: stateFD, Store.bundleNameFile)
+        let name = try readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit)
         let (working, _) = try StagingName.create(beside: Array(name: "bundle"), "offload") { mkdirat(stateFD, $0, 0o700) }
         let workingFD = try openDirectory(at: stateFD, working)
         defer { close(workingFD) }

@@ -43,7 +43,7 @@ final class StateLock {
 
     /// The pid and mount point last recorded in `name`, held or not.
     static func recorded(_ store: Store, _ name: [UInt8]) -> (pid: Int32, mountpoint: String?)? {
-        guard let bytes = try? readFile(at: store.stateFD, name) else { return nil }
+        guard let bytes = try? readFile(at: store.stateFD, name, limit: smallStateFileLimit) else { return nil }
         let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         guard lines.count >= 2, let pid = Int32(String(decoding: lines[0], as: UTF8.self)) else { return nil }
         return (pid, lines[1].isEmpty ? nil : String(decoding: lines[1], as: UTF8.self))

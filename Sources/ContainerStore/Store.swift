@@ -72,14 +72,14 @@ public final class Store: Sendable {
         do {
             let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
             do {
-                guard try readFile(at: stateFD, formatName) == formatContents else { throw Errno(EINVAL) }
+                guard try readFile(at: stateFD, formatName, limit: smallStateFileLimit) == formatContents else { throw Errno(EINVAL) }
                 // An update or offload a crash cut short is finished first (SPEC §12).
                 do {
                     try BundleSwitch.recover(rootFD: rootFD, stateFD: stateFD)
                 } catch {
                     throw UserError("cannot finish the interrupted update of \(path): \(error); open it again as its owner")
                 }
-                let bundleName = try readFile(at: stateFD, bundleNameFile)
+                let bundleName = try readFile(at: stateFD, bundleNameFile, limit: smallStateFileLimit)
                 let offloaded = try OffloadRecord.read(stateFD: stateFD, bundleName: bundleName)
                 let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName),
                                   offloaded: offloaded)
@@ -126,13 +126,17 @@ public func openDirectory(at parent: Int32, _ name: [UInt8]) throws(Errno) -> In
     }
 }
 
-/// Reads the small regular file `name` inside `parent` whole; anything but a regular
-/// file is `EINVAL`.
+/// The most a state file of one line (a format, a name, a number) may hold.
+public let smallStateFileLimit = 4096
+
+/// Reads the regular file `name` inside `parent` whole; anything but a regular file is
+/// `EINVAL`, one longer than `limit` bytes `EFBIG` (a planted state file of 100 GB must
+/// not take the command's memory).
 ///
 /// Opened with `O_NONBLOCK`: a state file replaced by a FIFO (or a device) must not block
 /// the daemon or the command in `open` or `read`. The flag changes nothing for a regular
 /// file.
-public func readFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> [UInt8] {
+public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) throws(Errno) -> [UInt8] {
     let fd = try withCName(name) { (cname) throws(Errno) in
         try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
     }
@@ -141,11 +145,14 @@ public func readFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> [UInt8]
     try sys { fstat(fd, &info) }
     // (The /proc files MountTable and AuditLog read are regular files too.)
     guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
+    guard info.st_size <= limit else { throw Errno(EFBIG) }
     var contents: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 65536)
     while true {
         let count = try sys { chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) } }
         if count == 0 { return contents }
+        // Files of /proc say size 0; and a file may grow as it is read.
+        guard contents.count + count <= limit else { throw Errno(EFBIG) }
         contents += chunk[0..<count]
     }
 }

@@ -9,6 +9,28 @@ import Testing
 struct CLIErrorTests {
     // MARK: create
 
+    /// State files planted by whoever can write the state folder: a 100 GB sparse file is
+    /// refused at once instead of read into memory, and a FIFO blocks nothing.
+    @Test func plantedStateFilesAreRefusedAtOnce() throws {
+        let container = try MountedContainer()
+        let format = container.stored(".containerfs/format")
+        let saved = try Data(contentsOf: URL(fileURLWithPath: format))
+        try #require(truncate(format, 100 << 30) == 0)
+        let huge = try runProgram(["/usr/bin/time", "-f", "%M", containerfsBinary, "usage", container.store])
+        #expect(huge.status == 1, "\(huge)")
+        let peakKiB = Int(huge.stderr.split(separator: "\n").last ?? "") ?? .max
+        #expect(peakKiB < 64 << 10, "peak \(peakKiB) KiB")
+        try saved.write(to: URL(fileURLWithPath: format))
+
+        let protection = container.stored(".containerfs/protection")
+        unlink(protection)
+        try #require(mkfifo(protection, 0o600) == 0)
+        for command in [["usage", container.store], ["status", container.store]] {
+            let result = try runProgram(["timeout", "20", containerfsBinary] + command)
+            #expect(result.status != 124, "\(command) blocked on a FIFO")
+        }
+    }
+
     @Test func createWithAMissingBundle() throws {
         let scene = try CLIScene()
         let result = try scene.unchanged { try containerfs(["create", scene.base + "/store", "--bundle", scene.base + "/Missing.app"]) }
