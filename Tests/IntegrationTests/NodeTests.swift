@@ -10,7 +10,7 @@ import Testing
 //
 // Sizes: 40,000 files per area by default (CONTAINERFS_TEST_SCALE_FILES; the issue's
 // 100,000 passes too, in about 5 minutes for the four cases here, which the suite's budget
-// has no room for: each file costs some 8 round trips to the daemon, about 40 µs each on
+// has no room for: each file costs 6 to 8 round trips to the daemon, about 40 µs each on
 // /dev/fuse); 40,000 is still 20 times the daemon's cache under the hard limit the test
 // sets. Git and tar trees of 50,000 files, as the issue asks (CONTAINERFS_TEST_SCALE_TREE),
 // a chain 20,000 deep (CONTAINERFS_TEST_SCALE_DEPTH). The many-files and tree tests keep
