@@ -137,9 +137,11 @@ def measure(tool, place, n):
     seconds, error = fsbench(tool, place, "create", place.workdir, str(n), str(FILE_SIZE), timeout=timeout)
     result["create"] = seconds if error is None else error
     if error is not None:
-        # Where it stopped: the files there are.
-        made = sum(1 for name in os.listdir(place.workdir) if name.startswith("f"))
-        result["create"] = f"stops after {made:,} files: {error.split(': ', 1)[-1]}"
+        # Where it stopped: fsbench names the file (f00000 is the first); a daemon out of
+        # descriptors could not even list the folder.
+        failed = re.search(r" f(\d+): (.*)", error)
+        result["create"] = (f"stops at file {int(failed.group(1)) + 1:,}: {failed.group(2)}" if failed
+                            else error)
         return result, baseline, daemon_figures(place.daemons)
     after = daemon_figures(place.daemons)
     for step, args in (("stat", ("stat", place.workdir, str(n))), ("readall", ("readall", place.workdir))):
