@@ -50,6 +50,8 @@ python3 "$here/bench.py" "$@" || status=$?
 python3 "$here/protection.py" "$1" || status=$?
 # Capacity (issue 13): the price of the accounting, and mount with a recorded count or a walk.
 "$here/capacity.sh" "$1" || status=$?
+# A container of many files (issue 18): create, stat, read-all at 10k, 100k and 1M nodes.
+python3 "$here/scale.py" "$1" || status=$?
 # What one synchronous hop costs here: the floor under the metadata rows.
 "$here/roundtrip.sh" "$1" || status=$?
 exit "$status"

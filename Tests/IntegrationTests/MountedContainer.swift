@@ -104,10 +104,19 @@ final class MountedContainer: @unchecked Sendable {
     let user: String?
     /// The `-o` options of the latest `mount`.
     private var mountOptions: [String] = []
+    /// Whether `base` is a tmpfs of its own, unmounted at the end.
+    private let onTmpfs: Bool
 
     /// Makes the store. The bundle holds `Info.plist`, `res/data.txt`, a symlink `link`.
-    init(user: String? = nil) throws {
+    /// `tmpfs` (a size, as "2g"): everything sits on a tmpfs of its own, so that what is
+    /// measured is the daemon, not the host's disk (see NodeTests).
+    init(user: String? = nil, tmpfs: String? = nil) throws {
         base = try makeTemporaryDirectory()
+        onTmpfs = tmpfs != nil
+        if let tmpfs {
+            let mounted = try runProgram(["mount", "-t", "tmpfs", "-o", "size=\(tmpfs),mode=0755", "tmpfs", base])
+            guard mounted.status == 0 else { throw TestFailure("cannot mount a tmpfs on \(base): \(mounted)") }
+        }
         store = base + "/store"
         mountpoint = base + "/mnt"
         self.user = user
@@ -187,6 +196,7 @@ final class MountedContainer: @unchecked Sendable {
 
     deinit {
         unmount()
+        if onTmpfs { _ = try? runProgram(["umount", "-l", base]) }
         _ = try? runProgram(["rm", "-rf", base])
     }
 }

@@ -8,22 +8,27 @@ import Testing
 // nodes than descriptors, from a login shell's limit; cold nodes reopened, never as another
 // file; a deleted file's blocks freed at once; a deep folder chain moved between areas.
 //
-// Sizes: CONTAINERFS_TEST_SCALE_FILES=N runs the many-files test with N files per area
-// under the machine's own hard limit (as issue 18 asks: 100000); by default it uses
-// 4000 files per area with the daemon's hard limit lowered to 2048 (a cache of 1024),
-// which goes as far beyond the descriptors in a fraction of the time. CONTAINERFS_TEST_SCALE_TREE (default 10000)
-// sizes the git and tar trees, CONTAINERFS_TEST_SCALE_DEPTH (default 20000) the chain.
+// Sizes: 40,000 files per area by default (CONTAINERFS_TEST_SCALE_FILES; the issue's
+// 100,000 passes too, in 262 s for the four cases here, which the suite's budget
+// has no room for: each file costs 6 to 8 round trips to the daemon, about 40 µs each on
+// /dev/fuse); 40,000 is still 20 times the daemon's cache under the hard limit the test
+// sets. Git and tar trees of 50,000 files, as the issue asks (CONTAINERFS_TEST_SCALE_TREE),
+// a chain 20,000 deep (CONTAINERFS_TEST_SCALE_DEPTH). The many-files and tree tests keep
+// their stores on a tmpfs of their own: on an ext4 without a journal (this machine's),
+// creating files soon after deleting as many costs time quadratic in their number,
+// natively too (its inode allocator checks every inode deleted in the last 30 seconds, a
+// buffer lookup each: 5,000 creates after 5,000 deletes took 7.7 times as long as before
+// them, and 100,000 ran at 420 a second), which would measure the disk, not the daemon.
 
 /// A number from the environment, or `fallback`.
 private func scale(_ name: String, _ fallback: Int) -> Int {
     ProcessInfo.processInfo.environment[name].flatMap { Int($0) } ?? fallback
 }
 
-/// The shell words that give the daemon a login shell's soft limit of 1024 descriptors
-/// (and, unless the full-size run is asked for, a hard limit of 2048).
-private func loginShellLimits(fullSize: Bool) -> String {
-    fullSize ? "ulimit -S -n 1024" : "ulimit -S -n 1024 && ulimit -H -n 2048"
-}
+/// The shell words that give the daemon a login shell's soft limit of 1024 descriptors,
+/// with a hard limit of at most 4096, so that the daemon's cache (half the hard limit
+/// it raises itself to) stays far below the files of the test on any machine.
+private let loginShellLimits = #"ulimit -S -n 1024 && h=$(ulimit -H -n) && { { [ "$h" != unlimited ] && [ "$h" -le 4096 ]; } || ulimit -H -n 4096; }"#
 
 /// The environment of this test process with `extra` added (for the daemon).
 private func environment(_ extra: [String: String]) -> [String: String] {
@@ -32,9 +37,21 @@ private func environment(_ extra: [String: String]) -> [String: String] {
 
 /// Creates, stats, lists, reads and deletes N files in Documents/scale and
 /// Library/Caches/scale below argv[1]; prints the rate of each step; exits 1 on any error.
+/// With argv[3], the store, the daemon (its pid in the store's mount lock) must have
+/// raised its soft descriptor limit above the shell's 1024 and hold fewer descriptors
+/// than the nodes the kernel knows once all files are created.
 private let manyFilesScript = #"""
 import os, sys, time
 base, n = sys.argv[1], int(sys.argv[2])
+def check_daemon():
+    if len(sys.argv) < 4: return
+    with open(sys.argv[3] + "/.containerfs/mount.lock") as f: pid = f.readline().strip()
+    with open(f"/proc/{pid}/limits") as f:
+        soft = [line.split()[3] for line in f if line.startswith("Max open files")][0]
+    held = len(os.listdir(f"/proc/{pid}/fd"))
+    print(f"daemon: soft limit {soft}, {held} descriptors for {n} files")
+    assert soft == "unlimited" or int(soft) > 1024, f"the daemon kept the shell's soft limit: {soft}"
+    assert held < n, f"the daemon holds {held} descriptors for {n} files"
 for area in ("Documents/scale", "Library/Caches/scale"):
     d = os.path.join(base, area)
     os.mkdir(d)
@@ -45,6 +62,7 @@ for area in ("Documents/scale", "Library/Caches/scale"):
         os.write(fd, b"%d\n" % i)
         os.close(fd)
     steps.append(("create", time.monotonic()))
+    check_daemon()
     for i in range(n):
         assert os.stat(f"{d}/f{i}").st_size == len(b"%d\n" % i)
     steps.append(("stat", time.monotonic()))
@@ -73,11 +91,10 @@ struct NodeTests {
     /// stated, listed, read and deleted, in Documents and in Library/Caches (tagged).
     @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false), (alice, true)])
     func manyFilesFromALoginShell(user: String?, throughRun: Bool) throws {
-        let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_FILES"] != nil
-        let count = scale("CONTAINERFS_TEST_SCALE_FILES", 4_000)
-        let container = try MountedContainer(user: user)
+        let count = scale("CONTAINERFS_TEST_SCALE_FILES", 40_000)
+        let container = try MountedContainer(user: user, tmpfs: "2g")
         defer { container.unmount() }
-        let limits = loginShellLimits(fullSize: full)
+        let limits = loginShellLimits
         let started = Date()
         let result: ProgramResult
         if throughRun {
@@ -87,7 +104,7 @@ struct NodeTests {
             let mounted = try runProgram(["sh", "-c", "\(limits) && exec \"$0\" mount \"$1\" \"$2\"",
                                           containerfsBinary, container.store, container.mountpoint], user: user)
             try #require(mounted.status == 0, "\(mounted)")
-            result = try runProgram(["/usr/bin/python3", "-c", manyFilesScript, container.mountpoint, "\(count)"], user: user)
+            result = try runProgram(["/usr/bin/python3", "-c", manyFilesScript, container.mountpoint, "\(count)", container.store], user: user)
         }
         #expect(result.status == 0, "\(result)")
         print("manyFiles user=\(user ?? "root") run=\(throughRun) n=\(count) \(String(format: "%.1f", Date().timeIntervalSince(started)))s\n\(result.stdout)")
@@ -101,9 +118,8 @@ struct NodeTests {
     /// container mounted from a login shell's limit: `git status` and `git fsck` are clean
     /// and `tar --compare` finds every entry as archived.
     @Test func gitCloneAndTarOfLargeTrees() throws {
-        let count = scale("CONTAINERFS_TEST_SCALE_TREE", 10_000)
-        let full = ProcessInfo.processInfo.environment["CONTAINERFS_TEST_SCALE_TREE"] != nil
-        let container = try MountedContainer()
+        let count = scale("CONTAINERFS_TEST_SCALE_TREE", 50_000)
+        let container = try MountedContainer(tmpfs: "3g")
         defer { container.unmount() }
         let source = container.base + "/source"
         // A tree of `count` files in folders of 100, as a repository and as a tarball.
@@ -124,7 +140,7 @@ struct NodeTests {
             let done = try runProgram(step)
             try #require(done.status == 0, "\(step): \(done)")
         }
-        let mounted = try runProgram(["sh", "-c", "\(loginShellLimits(fullSize: full)) && exec \"$0\" mount \"$1\" \"$2\"",
+        let mounted = try runProgram(["sh", "-c", "\(loginShellLimits) && exec \"$0\" mount \"$1\" \"$2\"",
                                       containerfsBinary, container.store, container.mountpoint])
         try #require(mounted.status == 0, "\(mounted)")
 
