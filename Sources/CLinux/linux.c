@@ -217,3 +217,11 @@ int clinux_node_link(int fd, int dirfd, const char *name) {
     if (directory < 0) return linkat(AT_FDCWD, path_of(fd).text, dirfd, name, AT_SYMLINK_FOLLOW);
     return linkat(directory, name_of(fd).text, dirfd, name, AT_SYMLINK_FOLLOW);
 }
+
+int clinux_pidfd_open(int pid) {
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int clinux_pidfd_send_signal(int fd, int signal) {
+    return (int)syscall(SYS_pidfd_send_signal, fd, signal, NULL, 0);
+}

@@ -126,12 +126,20 @@ public struct Run {
         // bubblewrap writes `{"child-pid": N, …}` once the sandbox exists, then closes it.
         let text = String(decoding: readAll(info[0]), as: UTF8.self)
         close(info[0])
+        var watchdog: SandboxWatchdog?
         if let data = text.data(using: .utf8),
            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
            let initPID = (object["child-pid"] as? NSNumber)?.int32Value {
             relay.attach(.sandbox(initPID: initPID, sharesTerminal: !newSession))
+            watchdog = SandboxWatchdog(initPID: initPID)
         }
-        return waitForExit(pid)
+        let status = waitForExit(pid)
+        watchdog?.stop()
+        if let ended = watchdog?.statusOfEndedProgram {
+            warn("the sandbox went on after the program ended (its init stopped, a child left behind): ended it")
+            return ended ?? status
+        }
+        return status
     }
 
     /// Starts `path` (looked up on PATH when it has no slash) with `arguments`, the standard

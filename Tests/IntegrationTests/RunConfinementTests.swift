@@ -44,6 +44,31 @@ struct RunConfinementTests {
         try expectCleanedUp(container)
     }
 
+    /// A program that stops the sandbox's init (ptrace of pid 1) and leaves a child behind
+    /// cannot keep the run, nor the mount, alive after it ends: `run` ends the sandbox a
+    /// grace period after the program, says so, and cleans up (an adversarial review's
+    /// finding: before, `run` never returned).
+    @Test(arguments: runners)
+    func aProgramThatStopsTheSandboxInitCannotOutliveItsRun(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let marker = "30\(Int.random(in: 1000...9999))"
+        let script = """
+            python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); print("attach", l.ptrace(16, 1, 0, 0))'
+            setsid sh -c 'exec sleep \(marker)' </dev/null >/dev/null 2>&1 &
+            exit 7
+            """
+        let started = Date()
+        // SIGKILL after 60 s: a child of a test thread inherits SIGTERM blocked.
+        let result = try runProgram(["timeout", "-s", "KILL", "60", containerfsBinary, "run", container.store, "--", "sh", "-c", script],
+                                    user: container.user)
+        #expect(result.status == 7, "the program's status, not the killed sandbox's (137 also: run never returned): \(result)")
+        #expect(Date().timeIntervalSince(started) < 30)
+        #expect(result.stdout.contains("attach 0"), "the program stopped the init: \(result)")
+        #expect(result.stderr.contains("ended it"), "\(result)")
+        #expect(try runProgram(["pgrep", "-f", "sleep \(marker)"]).status == 1, "the child left behind is gone")
+        try expectCleanedUp(container)
+    }
+
     // MARK: Mounts and namespaces
 
     /// Every mount the program sees, remounted read-write both ways through mount(2) itself

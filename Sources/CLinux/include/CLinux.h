@@ -43,6 +43,12 @@ int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 /// `from` on, so nothing the parent inherited (pipes of whoever started it) leaks on.
 int clinux_spawn_close_from(void *actions, int from);
 
+/// A descriptor of process `pid` (pidfd_open(2)): it polls readable when the process has
+/// ended, and signals sent through it can never reach another process that reuses the pid.
+int clinux_pidfd_open(int pid);
+/// Sends `signal` to the process of the pidfd `fd` (pidfd_send_signal(2)).
+int clinux_pidfd_send_signal(int fd, int signal);
+
 /// posix_spawn_file_actions_addchdir_np: the child starts in `path`, the parent's working
 /// directory is untouched (glibc declares it only under _GNU_SOURCE for Swift).
 int clinux_spawn_chdir(void *actions, const char *path);
