@@ -34,11 +34,14 @@ public struct ContainerPath: Hashable, Sendable, CustomStringConvertible {
         Array(components.joined(separator: [UInt8(ascii: "/")]))
     }
 
-    /// A printable form: valid UTF-8 as is, any other byte as `\xNN`, and `\` as `\\`.
-    public var description: String { Self.printable(bytes) }
+    /// The form for people: `printable`, with control characters as `\xNN` and bidi and
+    /// line separators as `\u{N}`, so that a name someone else chose (a file an app made,
+    /// a file handed over) cannot drive the terminal a message names it on.
+    public var description: String { Self.printable(bytes, escapingControls: true) }
 
-    /// Renders bytes for people and logs without losing information.
-    public static func printable(_ bytes: [UInt8]) -> String {
+    /// Renders bytes for logs and JSON without losing information: valid UTF-8 as is, any
+    /// other byte as `\xNN`, and `\` as `\\`; with `escapingControls`, as `description`.
+    public static func printable(_ bytes: [UInt8], escapingControls: Bool = false) -> String {
         var out = ""
         var index = 0
         while index < bytes.count {
@@ -48,11 +51,28 @@ public struct ContainerPath: Hashable, Sendable, CustomStringConvertible {
                 index += 1
             } else {
                 let scalar = String(decoding: bytes[index..<index + length], as: UTF8.self)
-                out += scalar == "\\" ? "\\\\" : scalar
+                if escapingControls, let first = scalar.unicodeScalars.first, let escaped = escapedControl(first) {
+                    out += escaped
+                } else {
+                    out += scalar == "\\" ? "\\\\" : scalar
+                }
                 index += length
             }
         }
         return out
+    }
+
+    /// How a control character prints (`\xNN` per UTF-8 byte; bidi controls and line
+    /// separators `\u{N}`); nil for any other character. Shared with the audit's text view.
+    public static func escapedControl(_ scalar: Unicode.Scalar) -> String? {
+        switch scalar.value {
+        case 0x00..<0x20, 0x7F...0x9F:
+            return String(scalar).utf8.map { "\\x" + hex($0) }.joined()
+        case 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069:
+            return "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+        default:
+            return nil
+        }
     }
 
     /// The length of the valid UTF-8 sequence starting at `index`, or 0 if there is none.

@@ -40,17 +40,9 @@ extension AuditRecord {
     /// characters that break a line or reorder it on screen (line and paragraph
     /// separators, bidirectional controls) as `\u{NNNN}`; all else as it is.
     public static func printable(_ text: String) -> String {
-        let digits = Array("0123456789abcdef")
         var out = ""
         for scalar in text.unicodeScalars {
-            switch scalar.value {
-            case 0x00..<0x20, 0x7F...0x9F:
-                for byte in String(scalar).utf8 { out += "\\x" + String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]]) }
-            case 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069:
-                out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
-            default:
-                out.unicodeScalars.append(scalar)
-            }
+            if let escaped = ContainerPath.escapedControl(scalar) { out += escaped } else { out.unicodeScalars.append(scalar) }
         }
         return out
     }
@@ -147,7 +139,7 @@ public final class AuditLog: @unchecked Sendable {
     private static func line(for item: Pending) -> String {
         let record = AuditRecord(
             time: timestamp(item.time), pid: item.pid, process: item.process, uid: item.uid,
-            operation: item.operation, paths: item.paths.map(\.description), areas: item.areas.map(\.rawValue),
+            operation: item.operation, paths: item.paths.map { ContainerPath.printable($0.bytes) }, areas: item.areas.map(\.rawValue),
             errno: errnoName(item.denial.errno), rule: item.denial.rawValue)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

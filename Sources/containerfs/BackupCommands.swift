@@ -66,7 +66,7 @@ struct BackupCommand: ParsableCommand {
                 printJSON([
                     "archive": archive!, "entries": summary.entries, "files": summary.files, "bytes": summary.bytes,
                     "archiveBytes": summary.archiveBytes, "manifestSHA256": hex(summary.manifestDigest),
-                    "vanished": summary.vanished.map(\.description), "excluded": set.excluded.map(\.path.description),
+                    "vanished": summary.vanished.map { ContainerPath.printable($0.bytes) }, "excluded": set.excluded.map { ContainerPath.printable($0.path.bytes) },
                 ])
             } else {
                 FileHandleOutput.standardOutput.write(
@@ -85,15 +85,15 @@ struct BackupCommand: ParsableCommand {
         let files = set.items.filter { $0.kind == .file && $0.hardLinkTarget == nil }
         if json {
             let items: [[String: Any]] = set.items.map { item in
-                var entry: [String: Any] = ["path": item.path.description, "type": item.hardLinkTarget == nil ? item.kind.rawValue : "hardlink", "size": item.size]
-                if let target = item.hardLinkTarget { entry["target"] = target.description }
+                var entry: [String: Any] = ["path": ContainerPath.printable(item.path.bytes), "type": item.hardLinkTarget == nil ? item.kind.rawValue : "hardlink", "size": item.size]
+                if let target = item.hardLinkTarget { entry["target"] = ContainerPath.printable(target.bytes) }
                 if let target = item.symlinkTarget { entry["target"] = ContainerPath.printable(target) }
                 return entry
             }
             printJSON([
                 "store": store, "items": items, "totalBytes": set.totalBytes, "files": files.count,
-                "excluded": set.excluded.map { ["path": $0.path.description, "type": $0.kind.rawValue] },
-                "skipped": set.skipped.map(\.description),
+                "excluded": set.excluded.map { ["path": ContainerPath.printable($0.path.bytes), "type": $0.kind.rawValue] },
+                "skipped": set.skipped.map { ContainerPath.printable($0.bytes) },
             ])
             return
         }

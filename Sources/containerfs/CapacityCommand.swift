@@ -71,7 +71,7 @@ func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [
     guard report.freeBefore < wanted else { return }
     if report.temporaryEntries > 0 { output.write("low storage: emptied \(store.path)/tmp (\(report.temporaryEntries) entries)\n") }
     for item in report.caches?.deleted ?? [] {
-        output.write("low storage: purged \(store.path)/\(printablePath(item.tag.path))  \(item.tag.size) bytes\n")
+        output.write("low storage: purged \(store.path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes\n")
     }
     output.write("low storage: \(store.path) had \(humanBytes(report.freeBefore)) free, now \(humanBytes(report.freeAfter)) (asked for \(humanBytes(wanted)))\n")
 }

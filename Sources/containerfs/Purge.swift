@@ -107,7 +107,7 @@ struct PurgeCommand: ParsableCommand {
     private func printText(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput) {
         let verb = dryRun ? "would delete" : "deleted"
         for item in report.deleted {
-            output.write("\(verb) \(opened[item.store].path)/\(printablePath(item.tag.path))  \(item.tag.size) bytes  last used \(isoTime(item.tag.lastUse))\n")
+            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes  last used \(isoTime(item.tag.lastUse))\n")
         }
         let storeCount = Set(report.deleted.map(\.store)).count
         output.write("\(dryRun ? "would free" : "freed") \(report.freedBytes) bytes (\(humanBytes(report.freedBytes))) in \(report.deleted.count) file(s) from \(storeCount) store(s)\n")
@@ -138,6 +138,14 @@ struct PurgeCommand: ParsableCommand {
 func printablePath(_ bytes: [UInt8]) -> String {
     if !bytes.contains(UInt8(ascii: "\\")), let text = String(validating: bytes, as: UTF8.self) { return text }
     return ContainerPath.printable(bytes)
+}
+
+/// A path as a line for the terminal shows it (`ContainerPath.description`: no control
+/// character of a name an app chose reaches the terminal), without the per-character work
+/// for the usual name: printable ASCII with no backslash.
+func shownPath(_ bytes: [UInt8]) -> String {
+    if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\\") }) { return String(decoding: bytes, as: UTF8.self) }
+    return ContainerPath.printable(bytes, escapingControls: true)
 }
 
 /// Standard output gathered in large writes: a purge can list many thousand files.

@@ -155,6 +155,25 @@ struct ContainerPathTests {
         #expect(inbox.appending([0xFF]).bytes == bytes("Documents/Inbox/") + [0xFF])
     }
 
+    /// The form for people (`description`) escapes what could drive a terminal; the
+    /// lossless `printable` keeps it, for logs and JSON.
+    @Test func theShownFormEscapesControlsAndBidi() {
+        let cases: [(String, String)] = [
+            ("plain/name.txt", "plain/name.txt"),
+            ("\u{7F}", "\\x7f"),
+            ("tab\there\nand", "tab\\x09here\\x0aand"),
+            ("\u{1B}]0;title\u{7}", "\\x1b]0;title\\x07"),
+            ("csi\u{9B}2J", "csi\\xc2\\x9b2J"),
+            ("\u{202E}fdp.exe\u{2028}", "\\u{202E}fdp.exe\\u{2028}"),
+            ("back\\slash", "back\\\\slash"),
+        ]
+        for (input, shown) in cases {
+            let path = ContainerPath(components: [Array(input.utf8)])
+            #expect(path.description == shown, "\(input.debugDescription)")
+        }
+        #expect(ContainerPath.printable(Array("a\u{1B}b".utf8)) == "a\u{1B}b", "the lossless form keeps it")
+    }
+
     @Test("Printable form", arguments: printableCases)
     func printable(_ cell: PrintableCase) {
         // Compared as UTF-8 bytes: `String`'s == would take NFC and NFD output as equal.

@@ -30,6 +30,23 @@ struct PurgeTests {
         #expect(text.stdout.contains("freed 3000 bytes"))
     }
 
+    /// A cache file an app named with an escape sequence (a window title, a screen clear)
+    /// is listed with its controls escaped: the developer's terminal never receives them.
+    /// `--json` keeps the name exactly (JSON escapes it itself).
+    @Test func namesAnAppChoseCannotDriveTheTerminal() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        let name = "\u{1B}]0;pwned\u{7}\u{1B}[2Jx"
+        try Purging.write(container.mounted("Library/Caches/" + name), size: 10)
+        container.unmount()
+        let text = try containerfs(["purge", container.store, "--caches", "--dry-run"])
+        #expect(text.status == 0, "\(text)")
+        #expect(!text.stdout.utf8.contains(0x1B) && !text.stdout.utf8.contains(0x07), "\(text.stdout.debugDescription)")
+        #expect(text.stdout.contains("Library/Caches/\\x1b]0;pwned\\x07\\x1b[2Jx"), "\(text.stdout.debugDescription)")
+        let result = try Purging.purge([container], ["--caches", "--dry-run"])
+        #expect(result.paths == ["Library/Caches/" + name])
+    }
+
     @Test func dryRunDeletesNothing() throws {
         let container = try MountedContainer()
         try container.mount()
