@@ -6,6 +6,8 @@ import Glibc
 /// libarchive failed; the message says how (a corrupt archive, a failed write).
 struct ArchiveFailure: Error, CustomStringConvertible {
     let description: String
+    /// Why the archive's source failed (a download cut off), when it was not the archive.
+    var source: UserError? = nil
 }
 
 /// The header of one archive entry, as a backup writes it.
@@ -220,11 +222,41 @@ struct ArchiveEntryRead {
     var isSparse: Bool
 }
 
-/// A tar archive being read with libarchive, from a descriptor.
+/// Where an archive is read from: a file, or bytes in order from a source.
+enum ArchiveInput {
+    case file(Int32)
+    case source(any ArchiveSource)
+}
+
+/// An archive's bytes in order, when they do not come from a file (an object being
+/// downloaded).
+protocol ArchiveSource: AnyObject {
+    /// The next bytes, valid until the next call; empty at the end. A failure says
+    /// what went wrong, in one line.
+    func nextBytes() throws(UserError) -> UnsafeRawBufferPointer
+}
+
+/// libarchive's read callback for an `ArchiveSource`.
+private let sourceRead: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeRawPointer?>?) -> Int = { _, client, buffer in
+    let reader = Unmanaged<ArchiveReader>.fromOpaque(client!).takeUnretainedValue()
+    guard let source = reader.source else { return -1 }
+    do throws(UserError) {
+        let bytes = try source.nextBytes()
+        buffer?.pointee = bytes.baseAddress
+        return bytes.count
+    } catch {
+        reader.sourceFailure = error
+        return -1
+    }
+}
+
+/// A tar archive being read with libarchive.
 final class ArchiveReader {
     private let archive: OpaquePointer
+    fileprivate var source: (any ArchiveSource)?
+    fileprivate var sourceFailure: UserError?
 
-    init(fd: Int32) throws(ArchiveFailure) {
+    init(_ input: ArchiveInput) throws(ArchiveFailure) {
         carchive_use_utf8_names()
         archive = archive_read_new()
         // Only tar (pax, ustar, GNU), plain or with a common compression: nothing that
@@ -234,7 +266,15 @@ final class ArchiveReader {
         archive_read_support_filter_gzip(archive)
         archive_read_support_filter_xz(archive)
         archive_read_support_filter_zstd(archive)
-        guard archive_read_open_fd(archive, fd, 1 << 20) == ARCHIVE_OK else { throw failure() }
+        let status: Int32
+        switch input {
+        case .file(let fd):
+            status = archive_read_open_fd(archive, fd, 1 << 20)
+        case .source(let source):
+            self.source = source
+            status = archive_read_open(archive, Unmanaged.passUnretained(self).toOpaque(), nil, sourceRead, nil)
+        }
+        guard status == ARCHIVE_OK else { throw failure() }
     }
 
     deinit { archive_read_free(archive) }
@@ -291,7 +331,8 @@ final class ArchiveReader {
     }
 
     private func failure() -> ArchiveFailure {
-        ArchiveFailure(description: archive_error_string(archive).map { String(cString: $0) } ?? "libarchive error \(archive_errno(archive))")
+        ArchiveFailure(description: archive_error_string(archive).map { String(cString: $0) } ?? "libarchive error \(archive_errno(archive))",
+                       source: sourceFailure)
     }
 }
 

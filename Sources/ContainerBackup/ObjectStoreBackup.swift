@@ -7,8 +7,8 @@ import Foundation
 import Glibc
 
 /// Backups in an S3-compatible object store (SPEC §13, docs/backup.md): the same pax
-/// archive as on disk, streamed as a multipart upload while it is written, and fetched
-/// into a private temporary file that the ordinary restore verifies and restores.
+/// archive as on disk, streamed as a multipart upload while it is written, and read by the
+/// ordinary restore as it is downloaded.
 public enum ObjectStoreBackup {
     /// Parts are at least this large: S3's minimum is 5 MiB, and the parts in memory (the
     /// one being filled, the one being sent, the manifest's, and the one the current
@@ -62,42 +62,27 @@ public enum ObjectStoreBackup {
         }
     }
 
-    /// Restores the backup at `url` into a new container at `storePath`: the object is
-    /// downloaded into an unnamed temporary file (`O_TMPFILE`, mode 0600) in STORE's
-    /// parent folder, which vanishes whatever happens, then restored from there exactly
-    /// as a local archive (verified first; nothing written unless the whole archive is).
+    /// Restores the backup at `url` into a new container at `storePath`, as a local archive
+    /// is restored, reading the object as it is downloaded (at most 8 MiB ahead): nothing
+    /// is put in place unless the whole object came and verified.
     public static func restore(from url: ObjectURL, config: ObjectStoreConfig, to storePath: String, bundle bundlePath: String,
-                               installerKey: InstallerKey? = nil,
-                               downloadProgress: ((Int64, Int64) -> Void)? = nil,
-                               progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
+                               installerKey: InstallerKey? = nil, progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
         var bundleInfo = stat()
         guard lstat(bundlePath, &bundleInfo) == 0, bundleInfo.st_mode & S_IFMT == S_IFDIR else {
             throw UserError.usage("no bundle folder at \(bundlePath): name the app's NAME.app folder with --bundle")
         }
-        let parentPath = Store.splitParent(storePath).parent
-        let fd = Glibc.open(parentPath, temporaryFileFlag | O_RDWR | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw UserError("cannot restore into \(storePath): no temporary file in its parent folder \(parentPath) (\(Errno.current))")
-        }
-        defer { close(fd) }
-        let client = try ObjectStoreClient(config: config)
         Interruption.catchSignals()
+        defer { Interruption.restoreSignals() }
+        let stream = DownloadSource(stream: try ObjectStream(url: url, config: config))
+        defer { stream.stream.stop() }
+        let size: Int64
         do {
-            _ = try client.download(url, to: fd, progress: downloadProgress)
+            size = try stream.stream.waitForSize()
         } catch {
-            Interruption.restoreSignals()
             throw userError(error, doing: "cannot restore from \(url)", nothingStored: nil)
         }
-        Interruption.restoreSignals()
-        guard lseek(fd, 0, SEEK_SET) == 0 else { throw UserError("cannot restore from \(url): \(Errno.current)") }
-        // The ordinary restore, reading the temporary file through its descriptor; its
-        // messages name the URL, not the descriptor.
-        let archivePath = "/proc/self/fd/\(fd)"
-        do {
-            return try Restore.restore(archive: archivePath, to: storePath, bundle: bundlePath, installerKey: installerKey, progress: progress)
-        } catch {
-            throw UserError(error.message.replacingOccurrences(of: archivePath, with: url.description), exitCode: error.exitCode)
-        }
+        return try Restore.restore(.source(stream), size: size, named: url.description, to: storePath, bundle: bundlePath,
+                                   installerKey: installerKey, progress: progress)
     }
 
     /// One backup in a listing.
@@ -154,7 +139,7 @@ public enum ObjectStoreBackup {
         }
     }
 
-    private static func userError(_ error: any Error, doing: String, nothingStored url: ObjectURL?) -> UserError {
+    static func userError(_ error: any Error, doing: String, nothingStored url: ObjectURL?) -> UserError {
         let nothing = url.map { "; nothing was stored at \($0)" } ?? ""
         if let error = error as? ObjectStoreError, error.interruption != 0 {
             let name = error.interruption == SIGINT ? "SIGINT" : "SIGTERM"
@@ -164,9 +149,22 @@ public enum ObjectStoreBackup {
     }
 }
 
-/// Linux's O_TMPFILE (`__O_TMPFILE | O_DIRECTORY`), which Glibc's Swift module leaves
-/// out (it needs _GNU_SOURCE): a file without a name, gone when closed.
-private let temporaryFileFlag: Int32 = 0o20000000 | O_DIRECTORY
+/// An object being downloaded, as a restore reads it.
+private final class DownloadSource: ArchiveSource {
+    let stream: ObjectStream
+
+    init(stream: ObjectStream) {
+        self.stream = stream
+    }
+
+    func nextBytes() throws(UserError) -> UnsafeRawBufferPointer {
+        do {
+            return try stream.next()
+        } catch {
+            throw ObjectStoreBackup.userError(error, doing: "cannot restore from \(stream.url)", nothingStored: nil)
+        }
+    }
+}
 
 /// One part of an upload, in memory.
 private final class PartBuffer: @unchecked Sendable {

@@ -37,10 +37,18 @@ public enum Restore {
         let fd = Glibc.open(archivePath, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw UserError("cannot read archive \(archivePath): \(Errno.current)") }
         defer { close(fd) }
-        var before = stat()
-        guard fstat(fd, &before) == 0, before.st_mode & S_IFMT == S_IFREG else {
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
             throw UserError.usage("\(archivePath) is not a file: name a backup archive made by 'containerfs backup'")
         }
+        return try restore(.file(fd), size: Int64(info.st_size), named: archivePath, to: storePath, bundle: bundlePath,
+                           installerKey: installerKey, progress: progress)
+    }
+
+    /// Restores the archive read from `input` (`size` bytes, for the progress; `archivePath`
+    /// names it in messages).
+    static func restore(_ input: ArchiveInput, size: Int64, named archivePath: String, to storePath: String, bundle bundlePath: String,
+                        installerKey: InstallerKey?, progress: ((Int64, Int64) -> Void)?) throws(UserError) -> RestoreSummary {
         let bundleName = try checkBundle(bundlePath)
         let (parentPath, leaf) = Store.splitParent(storePath)
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -54,7 +62,7 @@ public enum Restore {
         var summary = RestoreSummary()
         do {
             let store = try Store.open(at: parentFD, staging, path: storePath)
-            var pass = try ArchivePass(fd: fd, total: Int64(before.st_size), into: store, progress: progress)
+            var pass = try ArchivePass(input, total: size, into: store, progress: progress)
             let manifest = try pass.run()
             summary.entries = pass.entries
             summary.bytes = pass.bytes
@@ -72,7 +80,9 @@ public enum Restore {
             case let other as AnotherApp:
                 throw UserError.usage("\(archivePath) is a backup of \(ContainerPath.printable(other.bundleName)), not \(ContainerPath.printable(bundleName)): name that app's bundle with --bundle; nothing was written")
             case let refusal as Refusal: throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
-            case let failure as ArchiveFailure: throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
+            case let failure as ArchiveFailure:
+                if let source = failure.source { throw UserError("\(source.message); nothing was written", exitCode: source.exitCode) }
+                throw UserError("refused \(archivePath): it is corrupt or truncated (\(failure)); nothing was written")
             case let error as Errno where error.code == ENOTEMPTY || error.code == EEXIST:
                 throw UserError("cannot restore into \(storePath): something was put there during the restore; nothing was written")
             default: throw UserError("cannot restore into \(storePath): \(error); nothing was written")
@@ -140,8 +150,8 @@ private struct ArchivePass {
                            UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
     private let backgroundHasher = BackgroundHasher()
 
-    init(fd: Int32, total: Int64, into store: Store, progress: ((Int64, Int64) -> Void)?) throws {
-        reader = try ArchiveReader(fd: fd)
+    init(_ input: ArchiveInput, total: Int64, into store: Store, progress: ((Int64, Int64) -> Void)?) throws {
+        reader = try ArchiveReader(input)
         self.total = total
         self.store = store
         self.progress = progress

@@ -27,6 +27,24 @@ enum RequestBody {
     case buffer(UnsafeRawBufferPointer)
 }
 
+/// An object being downloaded: its bytes go to `receive` in order, across the attempts
+/// of a request (a retried one resumes after the bytes received, from the same ETag).
+final class Download {
+    /// Takes the next bytes; false stops the download (its reader is gone).
+    let receive: (UnsafeRawBufferPointer) -> Bool
+    /// Told the object's size when the first answer comes.
+    let started: (Int64) -> Void
+    var received: Int64 = 0
+    /// From the first answer.
+    var etag: String?
+    var size: Int64?
+
+    init(receive: @escaping (UnsafeRawBufferPointer) -> Bool, started: @escaping (Int64) -> Void) {
+        self.receive = receive
+        self.started = started
+    }
+}
+
 /// An answer from the object store.
 struct ObjectStoreResponse {
     var status = 0
@@ -67,22 +85,16 @@ public final class ObjectStoreClient {
 
     /// Sends a request, again after a back-off when S3 says the error is retryable, and
     /// returns a successful (2xx) answer or throws. With `download`, a successful answer's
-    /// body goes to that descriptor (from its current offset) instead of memory, and
-    /// `progress` is told the bytes so far.
+    /// body goes to it instead of memory, and a retried request resumes where the last one
+    /// stopped.
     func send(_ method: String, bucket: String, key: String = "", query: [(String, String)] = [],
-              body: RequestBody = .none, range: ClosedRange<Int64>? = nil, download: Int32? = nil,
-              progress: ((Int64, Int64) -> Void)? = nil, interruptible: Bool = true) throws(ObjectStoreError) -> ObjectStoreResponse {
+              body: RequestBody = .none, range: ClosedRange<Int64>? = nil, download: Download? = nil,
+              interruptible: Bool = true) throws(ObjectStoreError) -> ObjectStoreResponse {
         var attempt = 0
-        let start = download.map { lseek($0, 0, SEEK_CUR) } ?? 0  // where a retried download starts over
         while true {
-            if let download {
-                // A new attempt starts the download over.
-                _ = ftruncate(download, start)
-                _ = lseek(download, start, SEEK_SET)
-            }
             do {
                 return try perform(method, bucket: bucket, key: key, query: query, body: body, range: range, download: download,
-                                   progress: progress, interruptible: interruptible)
+                                   interruptible: interruptible)
             } catch {
                 guard error.retryable, attempt < ObjectStoreClient.backoff.count, !interruptible || ccurl_interruption() == 0 else { throw error }
                 // Full jitter, so that many clients do not come back at once.
@@ -93,10 +105,9 @@ public final class ObjectStoreClient {
     }
 
     private func perform(_ method: String, bucket: String, key: String, query: [(String, String)], body: RequestBody,
-                         range: ClosedRange<Int64>?, download: Int32?, progress: ((Int64, Int64) -> Void)?,
-                         interruptible: Bool) throws(ObjectStoreError) -> ObjectStoreResponse {
+                         range: ClosedRange<Int64>?, download: Download?, interruptible: Bool) throws(ObjectStoreError) -> ObjectStoreResponse {
         curl_easy_reset(handle)
-        let transfer = Transfer(download: download, progress: progress)
+        let transfer = Transfer(download: download)
         transfer.interruptible = interruptible
         let url = config.url(bucket: bucket, key: key, query: ObjectStoreConfig.canonicalQuery(query))
         var headers: [String] = []
@@ -111,6 +122,15 @@ public final class ObjectStoreClient {
         }
         if let token = config.credentials.sessionToken { headers.append("x-amz-security-token: \(token)") }
         if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
+        if let download, download.received > 0 {
+            // A resumed download: the rest of the same object, or nothing.
+            guard let etag = download.etag else {
+                throw ObjectStoreError(description: "the download of s3://\(bucket)/\(key) was cut off, and the object store gave no ETag to resume it by: try again",
+                                       code: nil, status: 0, retryable: false)
+            }
+            headers.append("Range: bytes=\(download.received)-")
+            headers.append("If-Match: \(etag)")
+        }
         var list: UnsafeMutablePointer<curl_slist>?
         for header in headers { list = curl_slist_append(list, header) }
         defer { curl_slist_free_all(list) }
@@ -169,6 +189,10 @@ public final class ObjectStoreClient {
         response.contentLength = transfer.contentLength
         response.body = transfer.body
         guard (200..<300).contains(response.status) else { throw serviceError(response, bucket: bucket, key: key) }
+        if let download, let size = download.size, download.received != size {
+            throw ObjectStoreError(description: "the download of s3://\(bucket)/\(key) ended after \(download.received) of \(size) bytes",
+                                   code: nil, status: response.status, retryable: true)
+        }
         return response
     }
 
@@ -200,6 +224,7 @@ public final class ObjectStoreClient {
         case "NoSuchKey": description = "there is no object at \(object)"
         case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AccessDenied", "InvalidSecurity":
             description = "the object store refused the credentials (\(code!), \(config.credentials)) for \(object): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+        case "PreconditionFailed": description = "the object at \(object) changed during the download: restore again"
         case "NoSuchUpload": description = "the object store forgot the upload to \(object) (NoSuchUpload): back up again"
         default:
             let statusText = response.status == 404 ? "not found" : "HTTP \(response.status)"
@@ -226,16 +251,30 @@ private final class Transfer {
     }
     private var postStorage: UnsafeMutableRawBufferPointer?
     var postPointer: UnsafeMutableRawPointer? { postStorage?.baseAddress }
-    let download: Int32?
-    var downloaded: Int64 = 0
+    let download: Download?
     var writeError: ObjectStoreError?
     /// Whether SIGINT or SIGTERM ends the transfer (not the abort that cleans up after them).
     var interruptible = true
-    let progress: ((Int64, Int64) -> Void)?
 
-    init(download: Int32?, progress: ((Int64, Int64) -> Void)?) {
+    init(download: Download?) {
         self.download = download
-        self.progress = progress
+    }
+
+    /// The headers of a successful answer to a download have come: the first answer gives
+    /// the object's ETag and size; a resumed one must be the rest of that same object.
+    func acceptAnswer(of download: Download) -> Bool {
+        let resumed = download.received > 0
+        guard status == (resumed ? 206 : 200), download.etag == nil || etag == download.etag else {
+            writeError = ObjectStoreError(description: "the object changed during the download (its ETag or the range answered differ): restore again",
+                                          code: nil, status: status, retryable: false)
+            return false
+        }
+        if download.size == nil {
+            download.etag = etag
+            download.size = contentLength.map { max(0, $0) }
+            download.started(download.size ?? 0)
+        }
+        return true
     }
 
     deinit { postStorage?.deallocate() }
@@ -245,7 +284,10 @@ private let headerCallback: curl_write_callback = { data, size, count, context i
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
     let length = size * count
     let line = String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
-    if line.hasPrefix("HTTP/") {
+    if line == "\r\n" || line == "\n" {
+        // The end of an answer's headers.
+        if let download = transfer.download, (200..<300).contains(transfer.status), !transfer.acceptAnswer(of: download) { return 0 }
+    } else if line.hasPrefix("HTTP/") {
         // A new answer (after a 100 Continue): start over.
         let fields = line.split(separator: " ")
         transfer.status = fields.count > 1 ? Int(fields[1]) ?? 0 : 0
@@ -264,19 +306,16 @@ private let writeCallback: curl_write_callback = { data, size, count, context in
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
     let length = size * count
     let chunk = UnsafeRawBufferPointer(start: data, count: length)
-    if let fd = transfer.download, (200..<300).contains(transfer.status) {
-        var done = 0
-        while done < length {
-            let written = Glibc.write(fd, chunk.baseAddress! + done, length - done)
-            if written < 0 {
-                if errno == EINTR { continue }
-                transfer.writeError = ObjectStoreError(description: "cannot write the download: \(Errno.current)", code: nil, status: 0, retryable: false)
-                return 0
-            }
-            done += written
+    if let download = transfer.download, (200..<300).contains(transfer.status) {
+        guard download.size.map({ download.received + Int64(length) <= $0 }) ?? true else {
+            transfer.writeError = ObjectStoreError(description: "the object store sent more than the object's size", code: nil, status: 0, retryable: false)
+            return 0
         }
-        transfer.downloaded += Int64(length)
-        transfer.progress?(transfer.downloaded, transfer.contentLength ?? 0)
+        guard download.receive(chunk) else {
+            transfer.writeError = ObjectStoreError(description: "the download was stopped", code: nil, status: 0, retryable: false)
+            return 0
+        }
+        download.received += Int64(length)
     } else {
         // An answer's XML, or an error's; a listing page is well below this.
         guard transfer.body.count + length <= 16 << 20 else { return 0 }

@@ -87,15 +87,4 @@ extension ObjectStoreClient {
     public func head(of url: ObjectURL, count: Int) throws(ObjectStoreError) -> [UInt8] {
         try send("GET", bucket: url.bucket, key: url.key, range: 0...Int64(max(count, 1) - 1)).body
     }
-
-    /// Writes the object at `url` to `fd` (from its current offset); returns its size.
-    /// `progress` is told the bytes so far and the total.
-    public func download(_ url: ObjectURL, to fd: Int32, progress: ((Int64, Int64) -> Void)? = nil) throws(ObjectStoreError) -> Int64 {
-        let response = try send("GET", bucket: url.bucket, key: url.key, download: fd, progress: progress)
-        let size = Int64(lseek(fd, 0, SEEK_CUR))
-        if let expected = response.contentLength, expected != size {
-            throw ObjectStoreError(description: "the download of \(url) ended after \(size) of \(expected) bytes", code: nil, status: response.status, retryable: false)
-        }
-        return size
-    }
 }

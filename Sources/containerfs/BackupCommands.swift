@@ -127,14 +127,15 @@ struct RestoreCommand: ParsableCommand {
         commandName: "restore",
         abstract: "Make a container from a backup, as a device restored from backup.",
         discussion: """
-            Checks the whole archive against its manifest first, and refuses a corrupt, truncated \
-            or hostile one (.. or absolute paths, entries through symlinks or outside the backup \
-            set, device files, FIFOs) writing nothing. Then builds the container aside — the data, \
-            empty Library/Caches and tmp, a fresh install of the bundle — and renames it into \
-            place when complete. STORE must not exist, or be an empty folder. Restored files belong \
-            to whoever runs restore and keep no set-user-ID, set-group-ID or sticky bit; no folder \
-            is writable by others. ARCHIVE may be s3://BUCKET/KEY: the object is downloaded into a \
-            private temporary file next to STORE first (configured as for backup). See docs/backup.md.
+            Builds the container aside — the data, empty Library/Caches and tmp, a fresh install \
+            of the bundle — checking every entry against the archive's manifest as it is read, and \
+            renames it into place only when the whole archive verified: a corrupt, truncated or \
+            hostile archive (.. or absolute paths, entries through symlinks or outside the backup \
+            set, device files, FIFOs) is refused and nothing is written. STORE must not exist, or \
+            be an empty folder. Restored files belong to whoever runs restore and keep no \
+            set-user-ID, set-group-ID or sticky bit; no folder is writable by others. ARCHIVE may be \
+            s3://BUCKET/KEY (configured as for backup): the object is read as it is downloaded, in \
+            bounded memory, and a download cut off resumes where it stopped. See docs/backup.md.
             """)
 
     @Argument(help: "The backup archive, or s3://BUCKET/KEY.")
@@ -163,15 +164,8 @@ struct RestoreCommand: ParsableCommand {
                 let update = { (done: Int64, total: Int64) in bar.update(done, total) }
                 if ObjectURL.isObjectURL(archive) {
                     let url = try ObjectURL(parsing: archive, requireKey: true)
-                    let download = ProgressBar("fetch  ")
-                    summary = try ObjectStoreBackup.restore(
-                        from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle, installerKey: installerKey,
-                        downloadProgress: { download.update($0, $1) },
-                        progress: { done, total in
-                            download.finish()
-                            update(done, total)
-                        })
-                    download.finish()
+                    summary = try ObjectStoreBackup.restore(from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle,
+                                                            installerKey: installerKey, progress: update)
                 } else {
                     summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey, progress: update)
                 }

@@ -270,3 +270,131 @@ private func startUploading(_ store: String, to url: String, server: SeaweedFS) 
 private func peakKiB(_ stderr: String) -> Int {
     stderr.split(separator: "\n").compactMap { $0.hasPrefix("peak ") ? Int($0.dropFirst(5)) : nil }.last ?? 0
 }
+
+/// The restore reads the object as it is downloaded (SPEC §13, issue 16), through a bad
+/// network: a relay in front of the real server.
+extension ObjectStoreBackupTests {
+    /// A download cut off midway resumes where it stopped (a Range from the bytes
+    /// received, If-Match the object's ETag) instead of starting over, and the restore
+    /// completes with every byte right.
+    @Test func cutDownloadResumesWhereItStopped() throws {
+        try withSeaweedFS { server in
+            let source = try MountedContainer()
+            let data = source.stored("Documents/data.bin")
+            #expect(try runProgram(["sh", "-c", "head -c \(24 << 20) /dev/urandom > '\(data)'"]).status == 0)
+            let url = "s3://\(SeaweedFS.bucket)/resume.tar"
+            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+            let link = try FlakyLink(to: server, after: 5 << 20, fault: .cut(atCut: []))
+            let restored = source.base + "/restored"
+            let key = source.base + "/installer.key"
+            let restore = try server.containerfs(["restore", url, restored, "--bundle", source.base + "/Demo.app", "--key", key],
+                                                 environment: ["AWS_ENDPOINT_URL": link.endpoint])
+            #expect(restore.status == 0, "\(restore)")
+            #expect(link.faultReached, "the relay cut the first download")
+            let gets = link.requests.filter { $0.hasPrefix("GET /\(SeaweedFS.bucket)/resume.tar ") }
+            #expect(gets.count == 2, "\(gets)")
+            let resumed = gets.last?.lowercased() ?? ""
+            #expect(resumed.contains("range: bytes=") && !resumed.contains("range: bytes=0-") && resumed.contains("if-match: "), "\(resumed)")
+            #expect(try runProgram(["cmp", data, restored + "/Documents/data.bin"]).status == 0)
+            #expect(try containerfs(["verify", restored, "--key", key]).status == 0)
+        }
+    }
+
+    /// The object replaced while its download was cut off: the resumed request is for the
+    /// old object only, so the restore is refused instead of joining two objects; nothing
+    /// is written.
+    @Test func objectReplacedDuringTheDownloadIsRefused() throws {
+        try withSeaweedFS { server in
+            let source = try MountedContainer()
+            #expect(try runProgram(["sh", "-c", "head -c \(16 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
+            let url = "s3://\(SeaweedFS.bucket)/replaced.tar"
+            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+            // Another backup of the same app, which is put at the key when the link is cut.
+            #expect(try runProgram(["sh", "-c", "head -c \(16 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
+            let other = source.base + "/other.tar"
+            #expect(try containerfs(["backup", source.store, other]).status == 0)
+            let put = server.curlCommand(["-T", other, "\(server.endpoint)/\(SeaweedFS.bucket)/replaced.tar"])
+            let link = try FlakyLink(to: server, after: 4 << 20, fault: .cut(atCut: put))
+            let restored = source.base + "/restored"
+            let restore = try server.containerfs(["restore", url, restored, "--bundle", source.base + "/Demo.app"],
+                                                 environment: ["AWS_ENDPOINT_URL": link.endpoint])
+            #expect(link.faultReached)
+            #expect(restore.status == 1, "\(restore)")
+            #expect(restore.stderr.split(separator: "\n").count == 1 && restore.stderr.contains("changed during the download")
+                    && restore.stderr.contains("nothing was written"), "\(restore)")
+            #expect(!FileManager.default.fileExists(atPath: restored))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: source.base).allSatisfy { !$0.hasPrefix(".") }, "no temporary files left")
+        }
+    }
+
+    /// Files are written while the object is still coming: with the download held up
+    /// halfway, the container being built aside already holds files.
+    @Test func restoreWritesWhileTheObjectIsDownloaded() throws {
+        try withSeaweedFS { server in
+            let source = try MountedContainer()
+            #expect(try runProgram(["sh", "-c", "for i in $(seq 300); do head -c 131072 /dev/urandom > '\(source.stored("Documents"))'/f$i; done"]).status == 0)
+            let url = "s3://\(SeaweedFS.bucket)/stream.tar"
+            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+            let link = try FlakyLink(to: server, after: 24 << 20, fault: .stall(seconds: 5))
+            let restored = source.base + "/restored"
+            let restore = Process()
+            restore.executableURL = URL(fileURLWithPath: containerfsBinary)
+            restore.arguments = ["restore", url, restored, "--bundle", source.base + "/Demo.app"]
+            restore.environment = server.environment.merging(["AWS_ENDPOINT_URL": link.endpoint]) { $1 }
+            restore.standardOutput = FileHandle.nullDevice
+            restore.standardError = FileHandle.nullDevice
+            try restore.run()
+            defer {
+                if restore.isRunning { kill(restore.processIdentifier, SIGKILL) }
+                restore.waitUntilExit()
+            }
+            let deadline = Date().addingTimeInterval(60)
+            while !link.faultReached, restore.isRunning, Date() < deadline { usleep(50_000) }
+            #expect(link.faultReached, "the download reached the stall")
+            usleep(1_500_000)  // the restore catches up with what came before the stall
+            let staging = try FileManager.default.contentsOfDirectory(atPath: source.base).filter { $0.hasPrefix(".restored.restoring-") }
+            #expect(staging.count == 1, "\(staging)")
+            let written = (staging.first.flatMap { try? FileManager.default.contentsOfDirectory(atPath: source.base + "/" + $0 + "/Documents") } ?? [])
+                .filter { $0.hasPrefix("f") }
+            #expect(written.count > 100, "files written before the download ended: \(written.count)")
+            #expect(restore.isRunning, "the download is still held up")
+            restore.waitUntilExit()
+            #expect(restore.terminationStatus == 0)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: restored + "/Documents").filter { $0.hasPrefix("f") }.count == 300)
+        }
+    }
+
+    /// SIGINT or SIGTERM while the object is coming ends the restore at once: the
+    /// container being built aside is removed, nothing is written.
+    @Test func interruptedRestoreLeavesNothing() throws {
+        try withSeaweedFS { server in
+            let source = try MountedContainer()
+            #expect(try runProgram(["sh", "-c", "head -c \(16 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
+            let url = "s3://\(SeaweedFS.bucket)/interrupted.tar"
+            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+            for (signal, status) in [(SIGINT, Int32(130)), (SIGTERM, Int32(143))] {
+                let link = try FlakyLink(to: server, after: 8 << 20, fault: .stall(seconds: 30))
+                let restored = source.base + "/restored"
+                let restore = Process()
+                restore.executableURL = URL(fileURLWithPath: containerfsBinary)
+                restore.arguments = ["restore", url, restored, "--bundle", source.base + "/Demo.app"]
+                restore.environment = server.environment.merging(["AWS_ENDPOINT_URL": link.endpoint]) { $1 }
+                let errors = Pipe()
+                restore.standardOutput = FileHandle.nullDevice
+                restore.standardError = errors
+                try restore.run()
+                let deadline = Date().addingTimeInterval(60)
+                while !link.faultReached, restore.isRunning, Date() < deadline { usleep(50_000) }
+                #expect(link.faultReached)
+                kill(restore.processIdentifier, signal)
+                let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                restore.waitUntilExit()
+                #expect(restore.terminationStatus == status, "\(stderr)")
+                #expect(stderr.contains("interrupted by") && stderr.contains("nothing was written"), "\(stderr)")
+                #expect(!FileManager.default.fileExists(atPath: restored))
+                #expect(try FileManager.default.contentsOfDirectory(atPath: source.base).allSatisfy { !$0.hasPrefix(".") }, "nothing left aside")
+                link.stop()
+            }
+        }
+    }
+}

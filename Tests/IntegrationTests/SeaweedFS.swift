@@ -106,8 +106,13 @@ final class SeaweedFS: @unchecked Sendable {
 
     /// curl with the test's credentials, signing as S3 wants (the query canonical).
     func curl(_ arguments: [String]) throws -> ProgramResult {
-        try runProgram(["curl", "-sS", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "\(SeaweedFS.accessKey):\(SeaweedFS.secretKey)",
-                        "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"] + arguments)
+        try runProgram(curlCommand(arguments))
+    }
+
+    /// The command line of `curl(arguments)`.
+    func curlCommand(_ arguments: [String]) -> [String] {
+        ["curl", "-sS", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "\(SeaweedFS.accessKey):\(SeaweedFS.secretKey)",
+         "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"] + arguments
     }
 
     /// The object at `key` in the test bucket, or nil when there is none.
