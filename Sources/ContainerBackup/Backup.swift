@@ -98,7 +98,13 @@ struct BackupWriter {
     let writer: ArchiveWriter
     let progress: ((Int64, Int64) -> Void)?
     var summary = BackupSummary()
-    var records: [BackupManifest.Record] = []
+    /// Where the manifest's room is in the archive, and how much of it is filled: each
+    /// record line goes there as soon as its entry is written, so no list of records is
+    /// kept (in an upload, the room's parts are held in memory until the end anyway).
+    var manifestOffset: Int64 = 0
+    var manifestRoom = 0
+    var manifestFilled = 0
+    var manifestHasher = SHA256()
     /// The first path written for each hard-linked file.
     var written: [InodeIdentity: ContainerPath] = [:]
     /// Two buffers: one is read into while the other's chunk is being hashed.
@@ -111,7 +117,6 @@ struct BackupWriter {
         self.set = set
         self.progress = progress
         writer = try ArchiveWriter(sink: sink)
-        records.reserveCapacity(set.items.count)
     }
 
     mutating func run() throws -> BackupSummary {
@@ -119,16 +124,20 @@ struct BackupWriter {
             backgroundHasher.drain()
             buffers.forEach { $0.deallocate() }
         }
-        var manifest = BackupManifest(bundleName: store.layout.bundleName, bundleManifestDigest: BundleSignature.manifestDigest(of: store), records: [])
-        let room = reservedRoom(manifest.header)
+        let manifestHeader = BackupManifest(bundleName: store.layout.bundleName, bundleManifestDigest: BundleSignature.manifestDigest(of: store), records: []).header
+        manifestRoom = reservedRoom(manifestHeader)
         let now = currentTime()
         try writer.writeHeader(ArchiveEntryHeader(
-            path: BackupManifest.entryPath, type: S_IFREG, permissions: 0o644, size: Int64(room),
+            path: BackupManifest.entryPath, type: S_IFREG, permissions: 0o644, size: Int64(manifestRoom),
             modified: now, accessed: now, uid: getuid(), gid: getgid()))
-        let manifestOffset = writer.sink.position
-        writer.sink.willPatch(from: manifestOffset, count: room)
-        let padding = [UInt8](repeating: UInt8(ascii: "\n"), count: room)
-        try padding.withUnsafeBytes { try writer.writeData($0) }
+        // The manifest's header, then newlines (blank lines mean nothing) that the record
+        // lines overwrite as they come.
+        manifestOffset = writer.sink.position
+        writer.sink.willPatch(from: manifestOffset, count: manifestRoom)
+        try manifestHeader.withUnsafeBytes { try writer.writeData($0) }
+        manifestHasher.update(data: manifestHeader)
+        manifestFilled = manifestHeader.count
+        try writeNewlines(manifestRoom - manifestHeader.count) { try writer.writeData($0) }
         try writer.finishEntry()
 
         progress?(0, set.totalBytes)
@@ -137,13 +146,13 @@ struct BackupWriter {
             case .directory:
                 try writer.writeHeader(header(item, info: item.info))
                 try writer.finishEntry()
-                records.append(.directory(item.path))
+                try record(.directory(item.path))
             case .symlink:
                 var header = header(item, info: item.info)
                 header.symlinkTarget = item.symlinkTarget
                 try writer.writeHeader(header)
                 try writer.finishEntry()
-                records.append(.symlink(item.path, target: item.symlinkTarget ?? []))
+                try record(.symlink(item.path, target: item.symlinkTarget ?? []))
             case .file:
                 guard try writeFile(item) else {
                     summary.vanished.append(item.path)
@@ -153,16 +162,21 @@ struct BackupWriter {
             summary.entries += 1
         }
 
-        manifest.records = records
-        var bytes = manifest.bytes
-        guard bytes.count <= room else {
-            throw ArchiveFailure(description: "the manifest outgrew its room (\(bytes.count) > \(room) bytes): the container changed a lot during the backup; try again")
-        }
-        bytes += padding[bytes.count...]
         try writer.finish()
-        try writer.sink.patch(bytes, at: manifestOffset)
-        summary.manifestDigest = Array(SHA256.hash(data: bytes))
+        writeNewlines(manifestRoom - manifestFilled) { manifestHasher.update(bufferPointer: $0) }
+        summary.manifestDigest = Array(manifestHasher.finalize())
         return summary
+    }
+
+    /// Puts an entry's line in the manifest's room.
+    private mutating func record(_ record: BackupManifest.Record) throws {
+        let line = BackupManifest.line(record)
+        guard line.count <= manifestRoom - manifestFilled else {
+            throw ArchiveFailure(description: "the manifest outgrew its room (\(manifestRoom) bytes): the container changed a lot during the backup; try again")
+        }
+        try writer.sink.patch(line, at: manifestOffset + Int64(manifestFilled))
+        manifestHasher.update(data: line)
+        manifestFilled += line.count
     }
 
     /// The manifest's size, known before any file is read: its header, a line per item as
@@ -171,8 +185,8 @@ struct BackupWriter {
     private func reservedRoom(_ header: [UInt8]) -> Int {
         var room = header.count + 4096
         var longestLinkedPath: [InodeIdentity: Int] = [:]
-        for item in set.items where item.kind == .file && item.info.st_nlink > 1 {
-            longestLinkedPath[InodeIdentity(item.info), default: 0] = max(longestLinkedPath[InodeIdentity(item.info)] ?? 0, BackupManifest.escape(item.path.bytes).count)
+        for item in set.items where item.kind == .file && item.info.links > 1 {
+            longestLinkedPath[item.info.identity, default: 0] = max(longestLinkedPath[item.info.identity] ?? 0, BackupManifest.escape(item.path.bytes).count)
         }
         for item in set.items {
             switch item.kind {
@@ -180,7 +194,7 @@ struct BackupWriter {
             case .symlink: room += BackupManifest.line(.symlink(item.path, target: item.symlinkTarget ?? [])).count
             case .file:
                 let fileLine = BackupManifest.line(.file(item.path, sha256: [UInt8](repeating: 0, count: 32))).count
-                if let longest = longestLinkedPath[InodeIdentity(item.info)] {
+                if let longest = longestLinkedPath[item.info.identity] {
                     room += max(fileLine, BackupManifest.escape(item.path.bytes).count + longest + 4)
                 } else {
                     room += fileLine
@@ -190,10 +204,10 @@ struct BackupWriter {
         return room
     }
 
-    private func header(_ item: BackupItem, info: stat) -> ArchiveEntryHeader {
+    private func header(_ item: BackupItem, info: ItemStat) -> ArchiveEntryHeader {
         ArchiveEntryHeader(
-            path: item.path.bytes, type: info.st_mode & S_IFMT, permissions: info.st_mode & 0o7777,
-            modified: info.st_mtim, accessed: info.st_atim, uid: info.st_uid, gid: info.st_gid,
+            path: item.path.bytes, type: info.mode & S_IFMT, permissions: info.mode & 0o7777,
+            modified: info.modified, accessed: info.accessed, uid: info.uid, gid: info.gid,
             attributes: item.attributes)
     }
 
@@ -217,11 +231,11 @@ struct BackupWriter {
             guard before.st_mode & S_IFMT == S_IFREG else { return false }
             let identity = InodeIdentity(before)
             if before.st_nlink > 1, let first = written[identity] {
-                var header = header(item, info: before)
+                var header = header(item, info: ItemStat(before))
                 header.hardLinkTarget = first.bytes
                 try writer.writeHeader(header)
                 try writer.finishEntry()
-                records.append(.hardLink(item.path, target: first))
+                try record(.hardLink(item.path, target: first))
                 return true
             }
             // A write in the same tick of the kernel's coarse clock as the last one leaves
@@ -229,7 +243,7 @@ struct BackupWriter {
             // shows. ctime, because no program can set it.
             if !waitForTickAfter(before.st_ctim) { continue }
             let mark = writer.sink.markRewindPoint()
-            var fileHeader = header(item, info: before)
+            var fileHeader = header(item, info: ItemStat(before))
             fileHeader.size = Int64(before.st_size)
             try writer.writeHeader(fileHeader)
             // A large file is hashed on the second core while it is read and written; a
@@ -272,13 +286,24 @@ struct BackupWriter {
             }
             try writer.finishEntry()
             let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
-            records.append(.file(item.path, sha256: digest))
+            try record(.file(item.path, sha256: digest))
             if before.st_nlink > 1 { written[identity] = item.path }
             summary.files += 1
             summary.bytes += Int64(before.st_size)
             return true
         }
         throw UserError("\(item.path) kept changing while it was read (\(Backup.attempts) tries): back up when the app is not writing it, or exclude it (containerfs exclude)")
+    }
+}
+
+/// Hands `count` newlines to `body`, 64 KiB at a time.
+private func writeNewlines(_ count: Int, _ body: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+    let newlines = [UInt8](repeating: UInt8(ascii: "\n"), count: min(count, 1 << 16))
+    var left = count
+    while left > 0 {
+        let length = min(left, newlines.count)
+        try newlines.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
+        left -= length
     }
 }
 

@@ -43,7 +43,7 @@ protocol ArchiveSink: AnyObject {
     func rewind(to offset: Int64) throws
     /// Announces that `count` bytes from `offset` will be overwritten by `patch`.
     func willPatch(from offset: Int64, count: Int)
-    /// Overwrites already written bytes at `offset` (after `flush`).
+    /// Overwrites bytes already written at `offset`, before the last mark.
     func patch(_ bytes: [UInt8], at offset: Int64) throws
 }
 
@@ -105,12 +105,18 @@ final class FileArchiveSink: ArchiveSink {
         count = 0
     }
 
-    /// Overwrites already written bytes at `offset` (after `flush`).
+    /// Overwrites bytes already written at `offset`: in the file, or still in the buffer.
     func patch(_ bytes: [UInt8], at offset: Int64) throws(Errno) {
+        // The bytes from `flushed` on are in the buffer.
+        let inFile = Int(max(0, min(Int64(bytes.count), flushed - offset)))
         var done = 0
-        while done < bytes.count {
+        while done < inFile {
             let start = done
-            done += try sys { bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + start, $0.count - start, off_t(offset) + start) } }
+            done += try sys { bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + start, inFile - start, off_t(offset) + start) } }
+        }
+        if inFile < bytes.count {
+            let start = Int(offset + Int64(inFile) - flushed)
+            bytes.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[start..<start + bytes.count - inFile]).copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[inFile...])) }
         }
     }
 

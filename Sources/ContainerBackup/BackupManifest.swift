@@ -110,48 +110,89 @@ public struct BackupManifest: Equatable, Sendable {
 
     /// Parses a manifest; `nil` when it is not one (a corrupt or foreign archive).
     public init?(parsing bytes: [UInt8]) {
-        let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
-        guard lines.count >= 3, lines[0].elementsEqual(Self.formatLine.utf8) else { return nil }
-        let bundleFields = lines[1].split(separator: 0x20, omittingEmptySubsequences: false)
-        let digestFields = lines[2].split(separator: 0x20, omittingEmptySubsequences: false)
-        guard bundleFields.count == 2, bundleFields[0].elementsEqual("bundle".utf8),
-              let bundleName = Self.unescape(bundleFields[1]), !bundleName.isEmpty,
-              digestFields.count == 2, digestFields[0].elementsEqual("bundle-manifest-sha256".utf8)
-        else { return nil }
-        self.bundleName = bundleName
-        if digestFields[1].elementsEqual([UInt8(ascii: "-")]) {
-            bundleManifestDigest = nil
-        } else {
-            guard let digest = unhex(digestFields[1]), digest.count == 32 else { return nil }
-            bundleManifestDigest = digest
-        }
+        guard var reader = RecordReader(bytes) else { return nil }
         var records: [Record] = []
-        records.reserveCapacity(lines.count)
-        for line in lines.dropFirst(3) {
-            let fields = line.split(separator: 0x20, omittingEmptySubsequences: false)
-            guard fields.count == 2 || fields.count == 3, fields[0].count == 1 else { return nil }
-            func path(_ field: ArraySlice<UInt8>) -> ContainerPath? {
-                guard let bytes = Self.unescape(field) else { return nil }
-                return ContainerPath(strict: bytes)
+        while let record = reader.next() { records.append(record) }
+        guard !reader.malformed else { return nil }
+        self.init(bundleName: reader.bundleName, bundleManifestDigest: reader.bundleManifestDigest, records: records)
+    }
+
+    /// A manifest's records parsed one at a time from its bytes, as a restore takes them:
+    /// it never holds them all parsed (about a third of the memory per file).
+    struct RecordReader {
+        let bundleName: [UInt8]
+        let bundleManifestDigest: [UInt8]?
+        private let bytes: [UInt8]
+        private var position = 0
+        /// A line that is not a record was met: the manifest is malformed.
+        private(set) var malformed = false
+
+        /// Reads the header lines; `nil` when `bytes` does not start a manifest.
+        init?(_ bytes: [UInt8]) {
+            self.bytes = bytes
+            var position = 0
+            guard Self.line(in: bytes, at: &position)?.elementsEqual(BackupManifest.formatLine.utf8) == true,
+                  let bundleFields = Self.line(in: bytes, at: &position)?.split(separator: 0x20, omittingEmptySubsequences: false),
+                  let digestFields = Self.line(in: bytes, at: &position)?.split(separator: 0x20, omittingEmptySubsequences: false),
+                  bundleFields.count == 2, bundleFields[0].elementsEqual("bundle".utf8),
+                  let bundleName = BackupManifest.unescape(bundleFields[1]), !bundleName.isEmpty,
+                  digestFields.count == 2, digestFields[0].elementsEqual("bundle-manifest-sha256".utf8)
+            else { return nil }
+            self.bundleName = bundleName
+            if digestFields[1].elementsEqual([UInt8(ascii: "-")]) {
+                bundleManifestDigest = nil
+            } else {
+                guard let digest = unhex(digestFields[1]), digest.count == 32 else { return nil }
+                bundleManifestDigest = digest
             }
-            switch (fields[0].first!, fields.count) {
-            case (UInt8(ascii: "d"), 2):
-                guard let p = path(fields[1]) else { return nil }
-                records.append(.directory(p))
-            case (UInt8(ascii: "f"), 3):
-                guard let digest = unhex(fields[1]), digest.count == 32, let p = path(fields[2]) else { return nil }
-                records.append(.file(p, sha256: digest))
-            case (UInt8(ascii: "l"), 3):
-                guard let p = path(fields[1]), let target = Self.unescape(fields[2]), !target.isEmpty else { return nil }
-                records.append(.symlink(p, target: target))
-            case (UInt8(ascii: "h"), 3):
-                guard let p = path(fields[1]), let target = path(fields[2]) else { return nil }
-                records.append(.hardLink(p, target: target))
-            default:
+            self.position = position
+        }
+
+        /// The next record; nil at the end, or at a line that is not one (then `malformed`).
+        mutating func next() -> Record? {
+            guard !malformed, let line = Self.line(in: bytes, at: &position) else { return nil }
+            guard let record = BackupManifest.record(parsing: line) else {
+                malformed = true
                 return nil
             }
+            return record
         }
-        self.records = records
+
+        /// The next line from `position` that is not empty (blank lines are padding).
+        private static func line(in bytes: [UInt8], at position: inout Int) -> ArraySlice<UInt8>? {
+            while position < bytes.count {
+                let end = bytes[position...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
+                let line = bytes[position..<end]
+                position = end + 1
+                if !line.isEmpty { return line }
+            }
+            return nil
+        }
+    }
+
+    /// One record line, without its newline; nil when it is not one.
+    static func record(parsing line: ArraySlice<UInt8>) -> Record? {
+        let fields = line.split(separator: 0x20, omittingEmptySubsequences: false)
+        guard fields.count == 2 || fields.count == 3, fields[0].count == 1, let kind = fields[0].first else { return nil }
+        func path(_ field: ArraySlice<UInt8>) -> ContainerPath? {
+            guard let bytes = unescape(field) else { return nil }
+            return ContainerPath(strict: bytes)
+        }
+        switch (kind, fields.count) {
+        case (UInt8(ascii: "d"), 2):
+            return path(fields[1]).map { .directory($0) }
+        case (UInt8(ascii: "f"), 3):
+            guard let digest = unhex(fields[1]), digest.count == 32, let p = path(fields[2]) else { return nil }
+            return .file(p, sha256: digest)
+        case (UInt8(ascii: "l"), 3):
+            guard let p = path(fields[1]), let target = unescape(fields[2]), !target.isEmpty else { return nil }
+            return .symlink(p, target: target)
+        case (UInt8(ascii: "h"), 3):
+            guard let p = path(fields[1]), let target = path(fields[2]) else { return nil }
+            return .hardLink(p, target: target)
+        default:
+            return nil
+        }
     }
 
     /// Bytes 0x21…0x7E except `%` stand for themselves; every other byte is `%XX`.

@@ -19,8 +19,8 @@ public struct BackupItem: Sendable {
     public let hardLinkTarget: ContainerPath?
     /// A symlink's target.
     public let symlinkTarget: [UInt8]?
-    /// The item's `stat` when the set was made.
-    let info: stat
+    /// What its archive header needs of its `stat` when the set was made.
+    let info: ItemStat
     /// Its `user.*` extended attributes.
     let attributes: [ExtendedAttribute]
 }
@@ -116,13 +116,13 @@ public struct BackupSet: Sendable {
                 // Held at Int64.max: sparse files can claim more than that between them.
                 if target == nil { totalBytes = totalBytes.addingSaturated(Int64(childInfo.st_size)) }
                 items.append(BackupItem(path: childPath, kind: .file, size: Int64(childInfo.st_size), hardLinkTarget: target,
-                                        symlinkTarget: nil, info: childInfo, attributes: childAttributes))
+                                        symlinkTarget: nil, info: ItemStat(childInfo), attributes: childAttributes))
             case S_IFLNK:
                 let target: [UInt8]
                 do { target = try readLink(at: fd, name) } catch where error.code == ENOENT || error.code == EINVAL { continue }
                 // Linux keeps no user.* attributes on symlinks: only a folder can exclude one.
                 items.append(BackupItem(path: childPath, kind: .symlink, size: 0, hardLinkTarget: nil,
-                                        symlinkTarget: target, info: childInfo, attributes: []))
+                                        symlinkTarget: target, info: ItemStat(childInfo), attributes: []))
             default:
                 skipped.append(childPath)
             }
@@ -139,13 +139,35 @@ public struct BackupSet: Sendable {
             excluded.append((path, .directory))
             return nil
         }
-        items.append(BackupItem(path: path, kind: .directory, size: 0, hardLinkTarget: nil, symlinkTarget: nil, info: info, attributes: attributes))
+        items.append(BackupItem(path: path, kind: .directory, size: 0, hardLinkTarget: nil, symlinkTarget: nil, info: ItemStat(info), attributes: attributes))
         return try Directory.entries(of: fd).map(\.name).sorted { $1.lexicographicallyPrecedes($0) }
     }
 }
 
+/// What a backup needs of an item's `stat`: a third of its size, for it is kept for every
+/// item of the set.
+struct ItemStat: Sendable {
+    let mode: mode_t
+    let uid: uid_t
+    let gid: gid_t
+    let links: UInt64
+    let modified: timespec
+    let accessed: timespec
+    let identity: InodeIdentity
+
+    init(_ info: stat) {
+        mode = info.st_mode
+        uid = info.st_uid
+        gid = info.st_gid
+        links = UInt64(info.st_nlink)
+        modified = info.st_mtim
+        accessed = info.st_atim
+        identity = InodeIdentity(info)
+    }
+}
+
 /// A file's identity on its filesystem, to find its other names (hard links).
-struct InodeIdentity: Hashable {
+struct InodeIdentity: Hashable, Sendable {
     let device: UInt64
     let inode: UInt64
 

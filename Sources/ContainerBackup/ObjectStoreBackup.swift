@@ -10,15 +10,15 @@ import Glibc
 /// archive as on disk, streamed as a multipart upload while it is written, and read by the
 /// ordinary restore as it is downloaded.
 public enum ObjectStoreBackup {
-    /// Parts are at least this large: S3's minimum is 5 MiB, and the parts in memory (the
-    /// one being filled, the one being sent, the manifest's, and the one the current
-    /// file's entry started in) stay at 24 MiB at most.
-    static let minimumPartSize = 6 << 20
+    /// Parts are at least this large, S3's minimum: the parts in memory (the one being
+    /// filled, the one being sent, the manifest's, and the one the current file's entry
+    /// started in) stay at 20 MiB at most.
+    static let minimumPartSize = 5 << 20
     /// S3 allows 10,000 parts; the estimate leaves room for an archive that grows.
     static let plannedParts: Int64 = 9000
 
-    /// The part size for a backup of `set`: 6 MiB, or more for an archive that would
-    /// need more than 9,000 parts (above about 52 GiB).
+    /// The part size for a backup of `set`: 5 MiB, or more for an archive that would
+    /// need more than 9,000 parts (above about 44 GiB).
     static func partSize(for set: BackupSet) -> Int {
         let estimate = set.totalBytes.addingReportingOverflow(Int64(set.items.count).multipliedReportingOverflow(by: 4096).partialValue).partialValue
         let perPart = estimate / plannedParts + 1

@@ -63,10 +63,9 @@ public enum Restore {
         do {
             let store = try Store.open(at: parentFD, staging, path: storePath)
             var pass = try ArchivePass(input, total: size, into: store, progress: progress)
-            let manifest = try pass.run()
+            summary.bundleName = try pass.run()
             summary.entries = pass.entries
             summary.bytes = pass.bytes
-            summary.bundleName = manifest.bundleName
             let rootFD = try sys { openat(store.rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
             defer { close(rootFD) }
             try sys { clinux_syncfs(rootFD) }
@@ -158,7 +157,8 @@ private struct ArchivePass {
         layout = store.layout
     }
 
-    mutating func run() throws -> BackupManifest {
+    /// Returns the bundle name the manifest gives.
+    mutating func run() throws -> [UInt8] {
         defer {
             if let parent { close(parent.fd) }
             backgroundHasher.drain()
@@ -172,27 +172,27 @@ private struct ArchivePass {
         var manifestBytes: [UInt8] = []
         manifestBytes.reserveCapacity(Int(first.size))
         try reader.readData { manifestBytes += $0 }
-        guard let manifest = BackupManifest(parsing: manifestBytes) else { throw Refusal("its manifest is malformed") }
+        guard var manifest = BackupManifest.RecordReader(manifestBytes) else { throw Refusal("its manifest is malformed") }
         guard manifest.bundleName == layout.bundleName else { throw AnotherApp(bundleName: manifest.bundleName) }
 
-        var index = 0
+        // Each entry with the manifest's next record, parsed as it is needed.
         while var entry = try reader.next() {
-            if index < manifest.records.count { entry.adoptExactNames(from: manifest.records[index]) }
+            let record = manifest.next()
+            if manifest.malformed { throw Refusal("its manifest is malformed") }
+            if let record { entry.adoptExactNames(from: record) }
             let (path, kind) = try check(entry)
-            guard index < manifest.records.count else {
-                throw Refusal("entry \(path) is not in the manifest")
-            }
-            try extract(entry, path: path, kind: kind, record: manifest.records[index])
-            index += 1
+            guard let record else { throw Refusal("entry \(path) is not in the manifest") }
+            try extract(entry, path: path, kind: kind, record: record)
             entries += 1
             progress?(reader.bytesRead, total)
         }
-        guard index == manifest.records.count else {
-            throw Refusal("it ends before \(manifest.records[index].path), which the manifest lists: it is truncated")
+        if let missing = manifest.next() {
+            throw Refusal("it ends before \(missing.path), which the manifest lists: it is truncated")
         }
+        if manifest.malformed { throw Refusal("its manifest is malformed") }
         try finishDirectories()
         progress?(total, total)
-        return manifest
+        return manifest.bundleName
     }
 
     /// The rules every entry must pass (docs/backup.md, "Hostile archives"); returns the

@@ -396,7 +396,7 @@ struct BackupTests {
 /// The hostile archives of docs/backup.md, each with an otherwise valid manifest.
 enum HostileCase: String, CaseIterable, CustomTestStringConvertible {
     case dotdot, absolute, throughSymlink, intoBundle, intoStateFolder, intoCaches, intoTmp
-    case device, fifo, hardLinkOutside, duplicate, notInManifest, wrongContent, noManifest
+    case device, fifo, hardLinkOutside, duplicate, notInManifest, wrongContent, noManifest, malformedLastLine, missingEntry
 
     var testDescription: String { rawValue }
 
@@ -417,6 +417,8 @@ enum HostileCase: String, CaseIterable, CustomTestStringConvertible {
         case .notInManifest: "not in the manifest"
         case .wrongContent: "SHA-256"
         case .noManifest: "not a containerfs backup"
+        case .malformedLastLine: "manifest is malformed"
+        case .missingEntry: "it ends before Documents/missing.txt"
         }
     }
 }
@@ -464,6 +466,9 @@ for info, data, listed in entries:
     else:
         content = b"good" if case == "wrongContent" and info.name == "Documents/a.txt" else data
         lines.append("f %s %s" % (hashlib.sha256(content).hexdigest(), path))
+# Found only once every entry has been restored aside: the manifest is read as it goes.
+if case == "malformedLastLine": lines.append("? not a record")
+if case == "missingEntry": lines.append("f %s Documents/missing.txt" % hashlib.sha256(b"x").hexdigest())
 manifest = ("\n".join(lines) + "\n").encode()
 with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as archive:
     if case != "noManifest":
