@@ -9,8 +9,8 @@ public enum Capacity {
     static let fileName = Array(name: "capacity")
     static let temporaryName = Array(name: "capacity.new")
 
-    /// The store's capacity in bytes; nil when it has none. A file that does not parse
-    /// counts as none: the store stays usable, and `capacity STORE SIZE` writes it anew.
+    /// The store's capacity in bytes; nil when it has none. (A file that does not parse
+    /// keeps the store from opening, `Store.open`, but for `capacity STORE SIZE`.)
     public static func read(_ store: Store) -> Int64? {
         read(stateFD: store.stateFD)
     }
@@ -18,6 +18,16 @@ public enum Capacity {
     /// As `read(_:)`, from the state folder's descriptor.
     public static func read(stateFD: Int32) -> Int64? {
         readNumber(stateFD, fileName)
+    }
+
+    /// Whether the capacity file is there but holds no number of bytes.
+    static func isDamaged(stateFD: Int32) -> Bool {
+        do {
+            _ = try readFile(at: stateFD, fileName, limit: smallStateFileLimit)
+        } catch {
+            return error.code != ENOENT
+        }
+        return read(stateFD: stateFD) == nil
     }
 
     /// The number of bytes the small state file `name` holds as decimal digits; nil when

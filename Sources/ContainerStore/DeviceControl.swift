@@ -8,9 +8,19 @@ extension Store {
 
     /// The class of every node without its own `user.containerfs.protection` (SPEC §11):
     /// what `create --protection` recorded, iOS's default otherwise (a store made before
-    /// classes existed, or a file that names no class).
+    /// classes existed; a file that names no class keeps the store from opening).
     public var defaultProtection: ProtectionClass {
         Self.readDefaultProtection(stateFD: stateFD) ?? ProtectionClass.containerDefault
+    }
+
+    /// Whether the protection file is there but names no class.
+    static func defaultProtectionIsDamaged(stateFD: Int32) -> Bool {
+        do {
+            _ = try readFile(at: stateFD, protectionFile, limit: smallStateFileLimit)
+        } catch {
+            return error.code != ENOENT
+        }
+        return readDefaultProtection(stateFD: stateFD) == nil
     }
 
     static func readDefaultProtection(stateFD: Int32) -> ProtectionClass? {

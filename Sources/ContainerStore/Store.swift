@@ -42,7 +42,9 @@ public final class Store: Sendable {
     /// purge, update, offload, run...): then the summary of used space a clean unmount left
     /// is dropped here, before any change, so the next mount counts the store again. Only
     /// commands that change nothing (usage, verify, audit, backup, capacity) pass false.
-    public static func open(_ path: String, changing: Bool = true) throws(UserError) -> Store {
+    /// `replacingCapacity`: a damaged capacity file is no reason to refuse (the capacity
+    /// command is about to write it anew).
+    public static func open(_ path: String, changing: Bool = true, replacingCapacity: Bool = false) throws(UserError) -> Store {
         let rootFD = Glibc.open(path, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard rootFD >= 0 else {
             let error = Errno.current
@@ -52,7 +54,7 @@ public final class Store: Sendable {
             default: throw UserError("cannot open store \(path): \(error)")
             }
         }
-        return try open(rootFD: rootFD, path: path, changing: changing)
+        return try open(rootFD: rootFD, path: path, changing: changing, replacingCapacity: replacingCapacity)
     }
 
     /// Opens the store `name` inside the folder `parentFD`, following no symlink; `path`
@@ -64,11 +66,11 @@ public final class Store: Sendable {
         } catch {
             throw UserError("cannot open store \(path): \(error)")
         }
-        return try open(rootFD: rootFD, path: path, changing: changing)
+        return try open(rootFD: rootFD, path: path, changing: changing, replacingCapacity: false)
     }
 
     /// Checks the store whose root is open at `rootFD` (owned: closed on failure).
-    private static func open(rootFD: Int32, path: String, changing: Bool) throws(UserError) -> Store {
+    private static func open(rootFD: Int32, path: String, changing: Bool, replacingCapacity: Bool) throws(UserError) -> Store {
         do {
             let stateFD = try openDirectory(at: rootFD, ContainerLayout.stateFolderName)
             do {
@@ -84,6 +86,7 @@ public final class Store: Sendable {
                 let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName),
                                   offloaded: offloaded)
                 try store.checkStructure()
+                try store.checkSettings(exceptCapacity: replacingCapacity)
                 if changing { Capacity.forgetSummary(stateFD: stateFD) }
                 return store
             } catch let error as UserError {
@@ -99,6 +102,18 @@ public final class Store: Sendable {
         } catch {
             close(rootFD)
             throw UserError("\(path) is not a container store (no .containerfs/ folder): make one with 'containerfs create'")
+        }
+    }
+
+    /// A setting in the state folder that is there but does not parse is one clear line,
+    /// never a silent default (no capacity, iOS's class): a test of a full device must not
+    /// pass on an unlimited one.
+    private func checkSettings(exceptCapacity: Bool) throws(UserError) {
+        if !exceptCapacity, Capacity.isDamaged(stateFD: stateFD) {
+            throw UserError("the capacity of \(path) is damaged (.containerfs/capacity holds no number of bytes): set it again with 'containerfs capacity \(path) SIZE' (or none)")
+        }
+        if Self.defaultProtectionIsDamaged(stateFD: stateFD) {
+            throw UserError("the default protection class of \(path) is damaged (.containerfs/protection names no class): write the class it should have (\(ProtectionClass.allCases.map(\.rawValue).joined(separator: ", "))) into that file")
         }
     }
 

@@ -31,7 +31,7 @@ struct CapacityCommand: ParsableCommand {
         try reportingErrors {
             // Parsed before the store is opened: bad input leaves it untouched.
             let capacity = try size.map { (text) throws(UserError) in try parseCapacity(text) }
-            let opened = try Store.open(store, changing: false)
+            let opened = try Store.open(store, changing: false, replacingCapacity: capacity != nil)
             if let capacity {
                 try Capacity.write(opened, capacity.bytes)
                 try ControlChannel.capacityChanged(opened)

@@ -32,6 +32,38 @@ struct CLIErrorTests {
         }
     }
 
+    /// A damaged capacity or protection file is one line and exit 1 from every command
+    /// that opens the store (the mount included), not a silent "no capacity" or default
+    /// class; `capacity STORE SIZE` repairs the capacity.
+    @Test func damagedSettingsAreOneClearLine() throws {
+        let scene = try CLIScene()
+        let store = scene.base + "/store"
+        #expect(try containerfs(["create", store, "--bundle", scene.bundle, "--capacity", "8M", "--protection", "complete"]).status == 0)
+        let mountpoint = scene.base + "/mnt"
+        try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+        defer { _ = try? containerfs(["unmount", mountpoint]) }  // a build that mounts it anyway
+        let capacityFile = store + "/.containerfs/capacity", protectionFile = store + "/.containerfs/protection"
+        let goodProtection = try Data(contentsOf: URL(fileURLWithPath: protectionFile))
+        let cases: [(file: String, contents: String, mentions: String, advice: String)] = [
+            (capacityFile, "garbage\n", "capacity", "containerfs capacity"),
+            (capacityFile, "-5\n", "capacity", "containerfs capacity"),
+            (protectionFile, "nonsense\n", "protection", "complete"),
+        ]
+        for (file, contents, mentions, advice) in cases {
+            try Data(contents.utf8).write(to: URL(fileURLWithPath: file))
+            for command in [["usage", store], ["mount", store, mountpoint], ["capacity", store]] {
+                let result = try containerfs(command)
+                expectUserError(result, status: 1, mentions: [mentions, "damaged"], advice: [advice])
+            }
+            if file == capacityFile {
+                #expect(try containerfs(["capacity", store, "4M"]).status == 0, "the capacity command repairs it")
+            } else {
+                try goodProtection.write(to: URL(fileURLWithPath: file))
+            }
+            #expect(try containerfs(["usage", store]).status == 0)
+        }
+    }
+
     @Test func createWithAMissingBundle() throws {
         let scene = try CLIScene()
         let result = try scene.unchanged { try containerfs(["create", scene.base + "/store", "--bundle", scene.base + "/Missing.app"]) }
