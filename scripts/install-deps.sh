@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(libfuse3-dev liburing-dev fuse3 pkg-config bubblewrap attr sqlite3 git python3 python3-pip tar libarchive-dev
-  libcurl4-openssl-dev curl time)
+  libcurl4-openssl-dev curl time strace)
 # For `make deb` and its tests: dpkg-shlibdeps and strip, lintian, a clean Debian root, man.
 packages+=(dpkg-dev binutils lintian debootstrap man-db)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(fio bindfs hyperfine g++ rclone); fi

@@ -113,6 +113,11 @@ public enum BundleSwitch {
             var info = stat()
             try withCName(newBundle) { (name) throws(Errno) in _ = try sys { fstatat(workingFD, name, &info, AT_SYMLINK_NOFOLLOW) } }
             let journal = Journal(working: working, device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+            // The staged bundle on the disk before the commit: after a crash the journal
+            // must not roll forward to files whose data never got there.
+            let syncFD = try sys { openat(workingFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }  // not O_PATH
+            defer { close(syncFD) }
+            try sys { clinux_syncfs(syncFD) }
             try writeAtomically(at: store.stateFD, journalName, journal.encoded())
         } catch {
             throw UserError("cannot install the new bundle in \(store.path): \(error); nothing was changed")

@@ -74,6 +74,20 @@ struct LifecycleTests {
         #expect(leftovers == [])
     }
 
+    /// Whether the data reaches the disk cannot be seen without cutting the power; the
+    /// order of the calls can: the file system is synced before the journal's rename.
+    @Test("update syncs the staged bundle to the disk before its journal commits")
+    func updateSyncsBeforeItCommits() throws {
+        let container = try MountedContainer()
+        let v2 = try makeBundle(container.base, version: "v2")
+        let traced = try runProgram(["strace", "-f", "-qq", "-e", "trace=syncfs,rename,renameat,renameat2", "-o", container.base + "/trace",
+                                     containerfsBinary, "update", container.store, "--bundle", v2])
+        #expect(traced.status == 0, "\(traced)")
+        let calls = try String(contentsOfFile: container.base + "/trace", encoding: .utf8).split(separator: "\n")
+        let commit = try #require(calls.firstIndex { $0.contains("rename") && $0.contains("\"update\"") }, "\(calls)")
+        #expect(calls[..<commit].contains { $0.contains("syncfs(") && $0.contains("= 0") }, "\(calls)")
+    }
+
     @Test("update to another bundle name: the layout follows, the old bundle is gone")
     func updateRenamesBundle() throws {
         let container = try MountedContainer()
