@@ -19,7 +19,7 @@ import ContainerStore
 /// ```
 ///
 /// Blank lines are padding and mean nothing: the manifest is written first with room
-/// reserved, and filled in once every file has been read and hashed.
+/// reserved, and each line written into it as soon as its entry is in the archive.
 public struct BackupManifest: Equatable, Sendable {
     /// One archive entry, as the manifest records it.
     public enum Record: Equatable, Sendable {
