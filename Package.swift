@@ -40,7 +40,7 @@ let package = Package(
         // requests through libcurl, multipart uploads, downloads, listings.
         .target(
             name: "ContainerObjectStore",
-            dependencies: ["ContainerStore", "CCurl", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["ContainerStore", "ContainerPolicy", "CCurl", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // Backups: the backup set and its exclusions, archives (libarchive), restore.
         .target(

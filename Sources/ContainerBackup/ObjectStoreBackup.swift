@@ -104,7 +104,13 @@ public enum ObjectStoreBackup {
                     others += 1
                     continue
                 }
-                if let name = bundleName(inArchiveStart: try client.head(of: url, count: 16 * 1024)) {
+                let start: [UInt8]
+                do {
+                    start = try client.head(of: url, count: 16 * 1024)
+                } catch where error.code == "NoSuchKey" {
+                    continue  // deleted since the listing
+                }
+                if let name = bundleName(inArchiveStart: start) {
                     backups.append(Listing(object: object, bundleName: name))
                 } else {
                     others += 1
@@ -112,7 +118,7 @@ public enum ObjectStoreBackup {
             }
             return (backups, others)
         } catch {
-            throw userError(error, doing: "cannot list s3://\(bucket)/\(prefix)", nothingStored: nil)
+            throw userError(error, doing: "cannot list \(ObjectURL.shown(bucket: bucket, key: prefix))", nothingStored: nil)
         }
     }
 

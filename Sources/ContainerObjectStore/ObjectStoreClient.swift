@@ -125,7 +125,7 @@ public final class ObjectStoreClient {
         if let download, download.received > 0 {
             // A resumed download: the rest of the same object, or nothing.
             guard let etag = download.etag else {
-                throw ObjectStoreError(description: "the download of s3://\(bucket)/\(key) was cut off, and the object store gave no ETag to resume it by: try again",
+                throw ObjectStoreError(description: "the download of \(ObjectURL.shown(bucket: bucket, key: key)) was cut off, and the object store gave no ETag to resume it by: try again",
                                        code: nil, status: 0, retryable: false)
             }
             headers.append("Range: bytes=\(download.received)-")
@@ -190,7 +190,7 @@ public final class ObjectStoreClient {
         response.body = transfer.body
         guard (200..<300).contains(response.status) else { throw serviceError(response, bucket: bucket, key: key) }
         if let download, let size = download.size, download.received != size {
-            throw ObjectStoreError(description: "the download of s3://\(bucket)/\(key) ended after \(download.received) of \(size) bytes",
+            throw ObjectStoreError(description: "the download of \(ObjectURL.shown(bucket: bucket, key: key)) ended after \(download.received) of \(size) bytes",
                                    code: nil, status: response.status, retryable: true)
         }
         return response
@@ -217,7 +217,7 @@ public final class ObjectStoreClient {
         let code = XMLText.first("Code", in: text)
         let retryable = [500, 502, 503, 504, 429].contains(response.status)
             || ["SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "RequestTimeTooSkewed"].contains(code ?? "")
-        let object = key.isEmpty ? "s3://\(bucket)" : "s3://\(bucket)/\(key)"
+        let object = ObjectURL.shown(bucket: bucket, key: key)
         let description: String
         switch code {
         case "NoSuchBucket": description = "the bucket \(bucket) does not exist at \(config.endpointName): create it, or check the URL and AWS_ENDPOINT_URL"

@@ -1,3 +1,4 @@
+import ContainerPolicy
 import ContainerStore
 import Foundation
 
@@ -30,7 +31,15 @@ public struct ObjectURL: Sendable, CustomStringConvertible {
         self.key = key
     }
 
-    public var description: String { "s3://\(bucket)/\(key)" }
+    /// As messages show it: the key's control characters escaped (a key comes from a
+    /// listing, which the server wrote).
+    public var description: String { Self.shown(bucket: bucket, key: key) }
+
+    /// `s3://BUCKET/KEY` (`s3://BUCKET` without a key) with the key's control characters
+    /// escaped, as `ContainerPath.description` escapes a name.
+    public static func shown(bucket: String, key: String) -> String {
+        key.isEmpty ? "s3://\(bucket)" : "s3://\(bucket)/\(ContainerPath.printable(Array(key.utf8), escapingControls: true))"
+    }
 }
 
 /// Credentials for signing requests. Never printed: `description` shows the key id only.

@@ -65,6 +65,7 @@ extension ObjectStoreClient {
     public func list(bucket: String, prefix: String) throws(ObjectStoreError) -> [ObjectSummary] {
         var objects: [ObjectSummary] = []
         var token: String?
+        var pages = 0
         repeat {
             var query = [("list-type", "2"), ("prefix", prefix)]
             if let token { query.append(("continuation-token", token)) }
@@ -75,7 +76,14 @@ extension ObjectStoreClient {
                 objects.append(ObjectSummary(key: key, size: size, lastModified: XMLText.first("LastModified", in: block) ?? ""))
             }
             let truncated = XMLText.first("IsTruncated", in: text) == "true"
-            token = truncated ? XMLText.first("NextContinuationToken", in: text) : nil
+            let next = truncated ? XMLText.first("NextContinuationToken", in: text) : nil
+            // A server that names the same page again, or pages without end, is not listing.
+            pages += 1
+            if let next, next == token || pages >= 100_000 {
+                throw ObjectStoreError(description: "the object store's listing of s3://\(bucket) does not end (page \(pages) names the same next page, or 100,000 pages)",
+                                       code: nil, status: response.status, retryable: false)
+            }
+            token = next
             if truncated, token == nil {
                 throw ObjectStoreError(description: "the object store's listing of s3://\(bucket) is truncated but names no next page", code: nil, status: response.status, retryable: false)
             }

@@ -36,7 +36,10 @@ struct BackupsCommand: ParsableCommand {
             }
             var out = ""
             for backup in backups {
-                out += "\(backup.object.lastModified)  \(formatBytes(backup.object.size).padding(10))  \(ContainerPath.printable(backup.bundleName))  s3://\(url.bucket)/\(backup.object.key)\n"
+                // What the server and the archive say, with their control characters escaped.
+                let time = ContainerPath.printable(Array(backup.object.lastModified.utf8), escapingControls: true)
+                let bundle = ContainerPath.printable(backup.bundleName, escapingControls: true)
+                out += "\(time)  \(formatBytes(backup.object.size).padding(10))  \(bundle)  s3://\(url.bucket)/\(ContainerPath.printable(Array(backup.object.key.utf8), escapingControls: true))\n"
             }
             out += "\(backups.count) backups" + (others > 0 ? " (and \(others) other objects)" : "") + "\n"
             FileHandleOutput.standardOutput.write(out)

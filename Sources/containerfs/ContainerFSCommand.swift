@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerPolicy
 import ContainerStore
 import Glibc
 
@@ -48,7 +49,10 @@ func reportingErrors(_ body: () throws -> Void) throws {
     do {
         try body()
     } catch let error as UserError {
-        FileHandleOutput.standardError.write("containerfs: \(error.message)\n")
+        // One line, and nothing in it can drive the terminal: names are escaped where they
+        // are interpolated (ContainerPath.description); this catches what a server sent.
+        let line = String(error.message.unicodeScalars.map { ContainerPath.escapedControl($0) ?? String($0) }.joined())
+        FileHandleOutput.standardError.write("containerfs: \(line)\n")
         throw ExitCode(error.exitCode)
     }
 }

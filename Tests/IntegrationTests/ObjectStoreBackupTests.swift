@@ -398,3 +398,94 @@ extension ObjectStoreBackupTests {
         }
     }
 }
+
+/// A server that is not SeaweedFS: odd or hostile answers to a listing (python3 on
+/// loopback). The client must neither loop, nor fail on an object deleted meanwhile, nor
+/// pass the server's control characters to the terminal.
+extension ObjectStoreBackupTests {
+    @Test func oddListingsAreHandled() throws {
+        let source = try MountedContainer()
+        let archive = source.base + "/real.tar"
+        #expect(try containerfs(["backup", source.store, archive]).status == 0)
+        let environment = { (port: Int) in
+            ["AWS_ACCESS_KEY_ID": "odd", "AWS_SECRET_ACCESS_KEY": "odd-secret", "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:\(port)"]
+        }
+        // Every page names the same next page.
+        let looping = try OddServer(mode: "loop", archive: archive)
+        let loop = try runProgram(["timeout", "-s", "KILL", "30", containerfsBinary, "backups", "s3://odd-bucket"], environment: environment(looping.port))
+        #expect(loop.status == 1 && loop.stderr.contains("does not end") && loop.stderr.split(separator: "\n").count == 1, "\(loop)")
+
+        // A backup whose key holds a terminal escape, and an object deleted after the listing.
+        let odd = try OddServer(mode: "odd", archive: archive)
+        for json in [false, true] {
+            let listed = try runProgram([containerfsBinary, "backups", "s3://odd-bucket"] + (json ? ["--json"] : []), environment: environment(odd.port))
+            #expect(listed.status == 0, "\(listed)")
+            #expect(!listed.stdout.contains("\u{1B}") && !listed.stdout.contains("\u{07}"), "raw control characters: \(listed.stdout.debugDescription)")
+            if json {
+                let parsed = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [String: Any]
+                let keys = (parsed?["backups"] as? [[String: Any]])?.compactMap { $0["key"] as? String }
+                #expect(keys == ["evil\u{1B}]0;pwn\u{07}.tar"], "JSON keeps the key exactly: \(String(describing: keys))")
+            } else {
+                #expect(listed.stdout.contains("evil\\x1b]0;pwn\\x07.tar") && listed.stdout.contains("1 backups"), "\(listed)")
+            }
+        }
+    }
+}
+
+/// A python3 S3 impostor on loopback: `loop` lists forever with the same continuation
+/// token; `odd` lists a backup under a key with a terminal escape (its GET answers with
+/// the first bytes of `archive`) and an object that is gone by the time it is read.
+private final class OddServer {
+    let port: Int
+    private let process = Process()
+
+    init(mode: String, archive: String) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", OddServer.script, mode, archive]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let port = Int(line) else {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            throw TestFailure("the odd server did not start: \(line)")
+        }
+        self.port = port
+    }
+
+    deinit {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    private static let script = #"""
+        import http.server, sys
+        mode, archive = sys.argv[1], sys.argv[2]
+        evil = "evil\x1b]0;pwn\x07.tar"
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *args): pass
+            def answer(self, code, body):
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("ETag", '"e"')
+                self.end_headers()
+                self.wfile.write(body)
+            def do_GET(self):
+                if "list-type" in self.path:
+                    if mode == "loop":
+                        return self.answer(200, b"<ListBucketResult><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>")
+                    contents = "".join("<Contents><Key>%s</Key><Size>%d</Size><LastModified>2026-11-24T00:00:00Z</LastModified></Contents>" % item
+                                       for item in [(evil, 20480), ("gone.tar", 20480)])
+                    return self.answer(200, ("<ListBucketResult><IsTruncated>false</IsTruncated>%s</ListBucketResult>" % contents).encode())
+                if "gone.tar" in self.path:
+                    return self.answer(404, b"<Error><Code>NoSuchKey</Code></Error>")
+                with open(archive, "rb") as f: head = f.read(16384)
+                return self.answer(206, head)
+        server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        print(server.server_address[1], flush=True)
+        server.serve_forever()
+        """#
+}
