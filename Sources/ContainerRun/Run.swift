@@ -108,15 +108,21 @@ public struct Run {
             (info + [filter[0]]).forEach { close($0) }
             throw UserError("cannot make the sandbox's seccomp filter: \(writeError)")
         }
-        let infoFD: Int32 = 3, filterFD: Int32 = 4
+        let infoFD: Int32 = 3, filterFD: Int32 = 4, passwdFD: Int32 = 5, groupFD: Int32 = 6
+        let asRoot = geteuid() == 0
+        // Root's program runs as 501: `mobile` in the passwd and group files it sees. Files
+        // without a name (freed with the last descriptor): bubblewrap reads them at its pace.
+        let accounts = asRoot ? accountFiles() : nil
+        defer { if let accounts { close(accounts.passwd); close(accounts.group) } }
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
                                        environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
-                                       filterFD: filterFD, asRoot: geteuid() == 0)
+                                       filterFD: filterFD, asRoot: asRoot, accountFDs: accounts.map { _ in (passwdFD, groupFD) })
+        var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
+        if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
         let pid: pid_t
         do {
-            pid = try spawn(line.executable, line.arguments, environment: Sandbox.hostEnvironment,
-                            passing: [(info[1], infoFD), (filter[0], filterFD)])
+            pid = try spawn(line.executable, line.arguments, environment: Sandbox.hostEnvironment, passing: passing)
         } catch {
             (info + [filter[0]]).forEach { close($0) }
             throw error
@@ -140,6 +146,30 @@ public struct Run {
             return ended ?? status
         }
         return status
+    }
+
+    /// The `Sandbox.accounts` files, each in an unnamed file in /tmp at offset 0; nil when
+    /// they cannot be made (the program then sees the host's files, without `mobile`).
+    private func accountFiles() -> (passwd: Int32, group: Int32)? {
+        let tables = Sandbox.accounts(passwd: (try? readFile(at: AT_FDCWD, Array("/etc/passwd".utf8))) ?? [],
+                                      group: (try? readFile(at: AT_FDCWD, Array("/etc/group".utf8))) ?? [])
+        func unnamedFile(_ contents: [UInt8]) -> Int32? {
+            // O_TMPFILE (`__O_TMPFILE | O_DIRECTORY`), which Glibc's Swift module leaves out.
+            let fd = open("/tmp", 0o20000000 | O_DIRECTORY | O_RDWR | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { return nil }
+            let written = contents.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard written == contents.count, lseek(fd, 0, SEEK_SET) == 0 else {
+                close(fd)
+                return nil
+            }
+            return fd
+        }
+        guard let passwd = unnamedFile(tables.passwd) else { return nil }
+        guard let group = unnamedFile(tables.group) else {
+            close(passwd)
+            return nil
+        }
+        return (passwd, group)
     }
 
     /// Starts `path` (looked up on PATH when it has no slash) with `arguments`, the standard

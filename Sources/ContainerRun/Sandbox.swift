@@ -19,6 +19,22 @@ public struct Sandbox {
     /// the mount still belongs to the caller; it has no capability either way.
     public static let appUserID = 501
 
+    /// The host's `/etc/passwd` and `/etc/group` as a program root started sees them: its
+    /// uid and gid 501 named `mobile`, as on iOS (`id -un`, `whoami`, git's default
+    /// identity), every other line as on the host. Lines naming 501 or `mobile` are dropped.
+    static func accounts(passwd: [UInt8], group: [UInt8]) -> (passwd: [UInt8], group: [UInt8]) {
+        func replacing(_ table: [UInt8], idField: Int, with line: String) -> [UInt8] {
+            let kept = table.split(separator: UInt8(ascii: "\n")).filter { entry in
+                let fields = entry.split(separator: UInt8(ascii: ":"), omittingEmptySubsequences: false)
+                return !(fields.first?.elementsEqual("mobile".utf8) ?? false)
+                    && !(fields.count > idField && fields[idField].elementsEqual(String(appUserID).utf8))
+            }
+            return Array(kept.joined(separator: [UInt8(ascii: "\n")])) + (kept.isEmpty ? [] : [UInt8(ascii: "\n")]) + Array(line.utf8)
+        }
+        return (replacing(passwd, idField: 2, with: "mobile:x:\(appUserID):\(appUserID):Mobile:\(home):/bin/sh\n"),
+                replacing(group, idField: 2, with: "mobile:x:\(appUserID):\n"))
+    }
+
     /// The variables of the caller's environment the program gets (besides those `run`
     /// sets and those named with `--env`): how to find programs and how to talk to the
     /// user. Any other, a token or a password among them, stays outside.
@@ -73,15 +89,18 @@ public struct Sandbox {
     ///   (`clinux_write_terminal_filter`), which keeps the program from pushing input into
     ///   the terminal it shares (TIOCSTI) without taking the terminal away from it.
     /// - `asRoot`: the caller is root; the program then runs as `appUserID` inside.
+    /// - `accountFDs`: descriptors bubblewrap reads the `accounts` files from, shown as
+    ///   `/etc/passwd` and `/etc/group` (for a program run as `appUserID`).
     /// - `environment`: the program's. bubblewrap itself runs on the host with every
     ///   capability (as root) and starts with `hostEnvironment` only: a variable meant for
     ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
     ///   the program's with `--clearenv` and `--setenv`.
     func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
-                     terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, asRoot: Bool) -> (executable: String, arguments: [String]) {
+                     terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, asRoot: Bool,
+                     accountFDs: (passwd: Int32, group: Int32)? = nil) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
         var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
-                                            filterFD: filterFD, asRoot: asRoot)
+                                            filterFD: filterFD, asRoot: asRoot, accountFDs: accountFDs)
         let settings = ["--clearenv"] + environment.sorted { $0.key < $1.key }.flatMap { ["--setenv", $0.key, $0.value] }
         arguments.insert(contentsOf: settings, at: arguments.count - 1)   // before the closing "--"
         if names.isEmpty { return (bubblewrap, arguments + command) }
@@ -92,7 +111,8 @@ public struct Sandbox {
     static let signalNames: [Int32: String] = [SIGINT: "INT", SIGQUIT: "QUIT", SIGHUP: "HUP"]
 
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
-    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, asRoot: Bool) -> [String] {
+    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, asRoot: Bool,
+                                     accountFDs: (passwd: Int32, group: Int32)?) -> [String] {
         // A user namespace always, even for root: the program has no capability (a root
         // one could remount the read-only binds and write the host), cannot make another
         // user namespace to get some back, and bubblewrap sets no_new_privs.
@@ -102,6 +122,9 @@ public struct Sandbox {
         arguments += ["--die-with-parent", "--info-fd", "\(infoFD)", "--seccomp", "\(filterFD)"]
         if newSession { arguments.append("--new-session") }
         for folder in Self.systemFolders { arguments += ["--ro-bind", folder, folder] }
+        if let accountFDs {
+            arguments += ["--ro-bind-data", "\(accountFDs.passwd)", "/etc/passwd", "--ro-bind-data", "\(accountFDs.group)", "/etc/group"]
+        }
         for link in Self.systemLinks {
             var info = stat()
             guard lstat(link, &info) == 0 else { continue }

@@ -20,6 +20,18 @@ struct RunSupportTests {
         return (try Store.create(at: base + "/store", bundle: base + "/Demo.app"), base)
     }
 
+    /// The passwd and group files root's program sees: 501 is `mobile`, whatever the host
+    /// called it; every other line as on the host.
+    @Test func rootsProgramSeesMobile() {
+        let passwd = Array("root:x:0:0:root:/root:/bin/bash\nsomeone:x:501:501::/home/someone:/bin/sh\nbob:x:1001:1001::/home/bob:/bin/sh\n".utf8)
+        let group = Array("root:x:0:\nstaff:x:501:\nmobile:x:777:\n".utf8)
+        let accounts = Sandbox.accounts(passwd: passwd, group: group)
+        #expect(String(decoding: accounts.passwd, as: UTF8.self)
+                == "root:x:0:0:root:/root:/bin/bash\nbob:x:1001:1001::/home/bob:/bin/sh\nmobile:x:501:501:Mobile:/home/app:/bin/sh\n")
+        #expect(String(decoding: accounts.group, as: UTF8.self) == "root:x:0:\nmobile:x:501:\n")
+        #expect(String(decoding: Sandbox.accounts(passwd: [], group: []).group, as: UTF8.self) == "mobile:x:501:\n")
+    }
+
     @Test func purgeEmptiesTmpButKeepsItsTagAndFollowsNoSymlink() throws {
         let (store, base) = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: base) }
