@@ -11,7 +11,7 @@ struct RunCommand: ParsableCommand {
             container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only;
             a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the
             host. It has no capability and cannot gain one, may not push input into the
-            terminal (TIOCSTI), and runs as uid \(Sandbox.appUserID) inside when root runs it (what it
+            terminal (TIOCSTI), and runs as uid \(Sandbox.appUserID), named mobile, inside when root runs it (what it
             makes still belongs to the caller); set-user-ID and set-group-ID bits are dropped
             from files it makes or chmods. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and
             XDG_DATA_HOME point into the container and the working directory is HOME; of the
