@@ -27,13 +27,20 @@ public enum Delivery {
             // Unpredictable, as every working name of a command that root may run.
             let temporary = StagingName.random(beside: name, "delivering")
             try copy(source, type: type, to: temporary, in: staging)
-            // Measured as copied, before it enters the container (SPEC §10).
+            // Measured as copied, before it enters the container (SPEC §10), one delivery at
+            // a time from the check to the rename: two at once could each fit alone.
+            let lock = try withCName(stagingName) { (name) throws(Errno) in
+                try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            }
+            defer { close(lock) }  // and the lock with it
             do {
+                try sys { flock(lock, LOCK_EX) }
                 try Capacity.checkFits(store, adding: Capacity.treeBytes(at: staging, temporary), "deliver \(source) into \(store.path)")
             } catch {
                 removeTree(at: staging, temporary)
                 throw error
             }
+            TestCrashPoint.reach("delivery-checked")
             let inbox = try openDirectory(at: store.rootFD, StandardDirectory.inbox.path.bytes)
             defer { close(inbox) }
             for candidate in candidates(for: name) {

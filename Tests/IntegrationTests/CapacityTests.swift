@@ -284,6 +284,46 @@ struct CapacityTests {
         return Int(device.f_bfree) * Int(device.f_frsize)
     }
 
+    /// Two deliveries at once that each fit alone but not together: the second waits for
+    /// the first from its check to its rename, then sees it and is refused. The first is
+    /// held stopped right after its check (CONTAINERFS_TEST_STOP_AT) to open the window.
+    @Test func twoDeliveriesAtOnceAreHeldToTheCapacityTogether() throws {
+        let container = try MountedContainer()
+        try Self.setCapacity(container, "4M")
+        try Self.ddFile(container.base + "/a.bin", mebibytes: 2)
+        try Self.ddFile(container.base + "/b.bin", mebibytes: 2)
+        let first = Process()
+        first.executableURL = URL(fileURLWithPath: containerfsBinary)
+        first.arguments = ["deliver", container.store, container.base + "/a.bin"]
+        first.environment = ProcessInfo.processInfo.environment.merging(["CONTAINERFS_TEST_STOP_AT": "delivery-checked"]) { $1 }
+        try first.run()
+        defer {
+            if first.isRunning { kill(first.processIdentifier, SIGKILL) }
+            first.waitUntilExit()
+        }
+        // Stopped after its check, before its rename.
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, !((try? String(contentsOfFile: "/proc/\(first.processIdentifier)/stat", encoding: .utf8))?.contains(") T ") ?? false) {
+            usleep(20_000)
+        }
+        let second = Process()
+        second.executableURL = URL(fileURLWithPath: containerfsBinary)
+        second.arguments = ["deliver", container.store, container.base + "/b.bin"]
+        try second.run()
+        defer {
+            if second.isRunning { kill(second.processIdentifier, SIGKILL) }
+            second.waitUntilExit()
+        }
+        usleep(1_000_000)
+        kill(first.processIdentifier, SIGCONT)
+        first.waitUntilExit()
+        second.waitUntilExit()
+        #expect(first.terminationStatus == 0)
+        #expect(second.terminationStatus == 1, "the second delivery must see the first")
+        let inbox = try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents/Inbox"))
+        #expect(inbox == ["a.bin"], "\(inbox)")
+    }
+
     /// `deliver` (mounted or not), `update` and `create --capacity` are held to the
     /// capacity as the app's own writes are: what would not fit is refused in one line,
     /// exit 1, the store untouched; a delivery into a mounted container counts at once.
