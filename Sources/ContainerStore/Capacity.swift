@@ -22,12 +22,7 @@ public enum Capacity {
 
     /// Whether the capacity file is there but holds no number of bytes.
     static func isDamaged(stateFD: Int32) -> Bool {
-        do {
-            _ = try readFile(at: stateFD, fileName, limit: smallStateFileLimit)
-        } catch {
-            return error.code != ENOENT
-        }
-        return read(stateFD: stateFD) == nil
+        stateFileIsDamaged(stateFD, fileName) { read(stateFD: stateFD) }
     }
 
     /// The number of bytes the small state file `name` holds as decimal digits; nil when

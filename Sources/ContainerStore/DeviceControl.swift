@@ -15,12 +15,7 @@ extension Store {
 
     /// Whether the protection file is there but names no class.
     static func defaultProtectionIsDamaged(stateFD: Int32) -> Bool {
-        do {
-            _ = try readFile(at: stateFD, protectionFile, limit: smallStateFileLimit)
-        } catch {
-            return error.code != ENOENT
-        }
-        return readDefaultProtection(stateFD: stateFD) == nil
+        stateFileIsDamaged(stateFD, protectionFile) { readDefaultProtection(stateFD: stateFD) }
     }
 
     static func readDefaultProtection(stateFD: Int32) -> ProtectionClass? {

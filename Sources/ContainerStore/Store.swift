@@ -172,6 +172,17 @@ public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) th
     }
 }
 
+/// Whether the small state file `name` in `stateFD` is there but unusable: it cannot be
+/// read (a FIFO, too large), or `parse` finds nothing in it.
+func stateFileIsDamaged(_ stateFD: Int32, _ name: [UInt8], parse: () -> Any?) -> Bool {
+    do {
+        _ = try readFile(at: stateFD, name, limit: smallStateFileLimit)
+    } catch {
+        return error.code != ENOENT
+    }
+    return parse() == nil
+}
+
 /// Writes `contents` to a new file `name` inside `parent` (which must not exist), with `mode`.
 public func writeNewFile(at parent: Int32, _ name: [UInt8], _ contents: [UInt8], mode: mode_t = 0o644) throws(Errno) {
     let fd = try withCName(name) { (cname) throws(Errno) in

@@ -12,29 +12,18 @@ final class FlakyLink {
     }
 
     let endpoint: String
-    private let process: Process
+    private let process = Process()
     private let logPath: String
     private let markPath: String
 
     init(to server: SeaweedFS, after: Int, fault: Fault) throws {
         logPath = server.base + "/link-\(UInt32.random(in: 0...UInt32.max)).log"
         markPath = logPath + ".reached"
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         let (mode, pause, hook): (String, Double, [String]) = switch fault {
         case .cut(let command): ("cut", 0, command)
         case .stall(let seconds): ("stall", seconds, [])
         }
-        process.arguments = ["python3", "-c", FlakyLink.relay, String(server.firstPort + 7), mode, String(after), String(pause), logPath, markPath] + hook
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let port = Int(line) else {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw TestFailure("the relay did not start: \(line)")
-        }
+        let port = try startPythonServer(process, FlakyLink.relay, [String(server.firstPort + 7), mode, String(after), String(pause), logPath, markPath] + hook)
         endpoint = "http://127.0.0.1:\(port)"
     }
 
@@ -115,4 +104,22 @@ final class FlakyLink {
             threading.Thread(target=up, args=(client, server, conn), daemon=True).start()
             threading.Thread(target=down, args=(server, client, conn), daemon=True).start()
         """
+}
+
+/// Starts `script` with python3 in `process` (with `arguments`) and returns the loopback
+/// port it prints on its first line once it listens.
+func startPythonServer(_ process: Process, _ script: String, _ arguments: [String]) throws -> Int {
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", "-c", script] + arguments
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    guard let port = Int(line) else {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        throw TestFailure("the python server did not start: \(line)")
+    }
+    return port
 }

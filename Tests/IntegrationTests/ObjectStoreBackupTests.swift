@@ -279,11 +279,8 @@ extension ObjectStoreBackupTests {
     /// completes with every byte right.
     @Test func cutDownloadResumesWhereItStopped() throws {
         try withSeaweedFS { server in
-            let source = try MountedContainer()
+            let (source, url) = try backedUpContainer(server, key: "resume.tar", mebibytes: 24)
             let data = source.stored("Documents/data.bin")
-            #expect(try runProgram(["sh", "-c", "head -c \(24 << 20) /dev/urandom > '\(data)'"]).status == 0)
-            let url = "s3://\(SeaweedFS.bucket)/resume.tar"
-            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
             let link = try FlakyLink(to: server, after: 5 << 20, fault: .cut(atCut: []))
             let restored = source.base + "/restored"
             let key = source.base + "/installer.key"
@@ -305,10 +302,7 @@ extension ObjectStoreBackupTests {
     /// is written.
     @Test func objectReplacedDuringTheDownloadIsRefused() throws {
         try withSeaweedFS { server in
-            let source = try MountedContainer()
-            #expect(try runProgram(["sh", "-c", "head -c \(16 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
-            let url = "s3://\(SeaweedFS.bucket)/replaced.tar"
-            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+            let (source, url) = try backedUpContainer(server, key: "replaced.tar", mebibytes: 16)
             // Another backup of the same app, which is put at the key when the link is cut.
             #expect(try runProgram(["sh", "-c", "head -c \(16 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
             let other = source.base + "/other.tar"
@@ -337,13 +331,7 @@ extension ObjectStoreBackupTests {
             #expect(try server.containerfs(["backup", source.store, url]).status == 0)
             let link = try FlakyLink(to: server, after: 24 << 20, fault: .stall(seconds: 5))
             let restored = source.base + "/restored"
-            let restore = Process()
-            restore.executableURL = URL(fileURLWithPath: containerfsBinary)
-            restore.arguments = ["restore", url, restored, "--bundle", source.base + "/Demo.app"]
-            restore.environment = server.environment.merging(["AWS_ENDPOINT_URL": link.endpoint]) { $1 }
-            restore.standardOutput = FileHandle.nullDevice
-            restore.standardError = FileHandle.nullDevice
-            try restore.run()
+            let restore = try startRestoring(url, into: restored, of: source, through: link, server: server, errors: FileHandle.nullDevice)
             defer {
                 if restore.isRunning { kill(restore.processIdentifier, SIGKILL) }
                 restore.waitUntilExit()
@@ -368,21 +356,12 @@ extension ObjectStoreBackupTests {
     /// container being built aside is removed, nothing is written.
     @Test func interruptedRestoreLeavesNothing() throws {
         try withSeaweedFS { server in
-            let source = try MountedContainer()
-            #expect(try runProgram(["sh", "-c", "head -c \(16 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
-            let url = "s3://\(SeaweedFS.bucket)/interrupted.tar"
-            #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+            let (source, url) = try backedUpContainer(server, key: "interrupted.tar", mebibytes: 16)
             for (signal, status) in [(SIGINT, Int32(130)), (SIGTERM, Int32(143))] {
                 let link = try FlakyLink(to: server, after: 8 << 20, fault: .stall(seconds: 30))
                 let restored = source.base + "/restored"
-                let restore = Process()
-                restore.executableURL = URL(fileURLWithPath: containerfsBinary)
-                restore.arguments = ["restore", url, restored, "--bundle", source.base + "/Demo.app"]
-                restore.environment = server.environment.merging(["AWS_ENDPOINT_URL": link.endpoint]) { $1 }
                 let errors = Pipe()
-                restore.standardOutput = FileHandle.nullDevice
-                restore.standardError = errors
-                try restore.run()
+                let restore = try startRestoring(url, into: restored, of: source, through: link, server: server, errors: errors)
                 let deadline = Date().addingTimeInterval(60)
                 while !link.faultReached, restore.isRunning, Date() < deadline { usleep(50_000) }
                 #expect(link.faultReached)
@@ -397,6 +376,29 @@ extension ObjectStoreBackupTests {
             }
         }
     }
+}
+
+/// `containerfs restore URL RESTORED` of `source`'s app, started through `link`.
+private func startRestoring(_ url: String, into restored: String, of source: MountedContainer, through link: FlakyLink,
+                            server: SeaweedFS, errors: Any) throws -> Process {
+    let restore = Process()
+    restore.executableURL = URL(fileURLWithPath: containerfsBinary)
+    restore.arguments = ["restore", url, restored, "--bundle", source.base + "/Demo.app"]
+    restore.environment = server.environment.merging(["AWS_ENDPOINT_URL": link.endpoint]) { $1 }
+    restore.standardOutput = FileHandle.nullDevice
+    restore.standardError = errors
+    try restore.run()
+    return restore
+}
+
+/// A container whose Documents/data.bin holds `mebibytes` of random bytes, backed up to
+/// `key` of the test bucket; returns it and the object's URL.
+private func backedUpContainer(_ server: SeaweedFS, key: String, mebibytes: Int) throws -> (MountedContainer, String) {
+    let source = try MountedContainer()
+    #expect(try runProgram(["sh", "-c", "head -c \(mebibytes << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
+    let url = "s3://\(SeaweedFS.bucket)/\(key)"
+    #expect(try server.containerfs(["backup", source.store, url]).status == 0)
+    return (source, url)
 }
 
 /// A server that is not SeaweedFS: odd or hostile answers to a listing (python3 on
@@ -440,19 +442,7 @@ private final class OddServer {
     private let process = Process()
 
     init(mode: String, archive: String) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", OddServer.script, mode, archive]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let port = Int(line) else {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw TestFailure("the odd server did not start: \(line)")
-        }
-        self.port = port
+        port = try startPythonServer(process, OddServer.script, [mode, archive])
     }
 
     deinit {
