@@ -34,14 +34,18 @@ final class Download {
     let receive: (UnsafeRawBufferPointer) -> Bool
     /// Told the object's size when the first answer comes.
     let started: (Int64) -> Void
+    /// Asked about once a second: true ends the download (its reader is gone), even
+    /// while the server sends nothing.
+    let stopped: () -> Bool
     var received: Int64 = 0
     /// From the first answer.
     var etag: String?
     var size: Int64?
 
-    init(receive: @escaping (UnsafeRawBufferPointer) -> Bool, started: @escaping (Int64) -> Void) {
+    init(receive: @escaping (UnsafeRawBufferPointer) -> Bool, started: @escaping (Int64) -> Void, stopped: @escaping () -> Bool) {
         self.receive = receive
         self.started = started
+        self.stopped = stopped
     }
 }
 
@@ -333,9 +337,13 @@ private let readCallback: curl_write_callback = { buffer, size, count, context i
     return length
 }
 
-/// Ends a transfer when SIGINT or SIGTERM came.
+/// Ends a transfer when SIGINT or SIGTERM came, or its download was stopped.
 private let progressCallback: curl_xferinfo_callback = { context, _, _, _, _ in
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+    if transfer.download?.stopped() == true {
+        transfer.writeError = ObjectStoreError(description: "the download was stopped", code: nil, status: 0, retryable: false)
+        return 1
+    }
     return transfer.interruptible && ccurl_interruption() != 0 ? 1 : 0
 }
 

@@ -100,6 +100,10 @@ public final class ObjectStream: @unchecked Sendable {
             self.size = size
             condition.broadcast()
             condition.unlock()
+        }, stopped: { [self] in
+            condition.lock()
+            defer { condition.unlock() }
+            return stopped
         })
         var failure: ObjectStoreError?
         do {

@@ -352,6 +352,25 @@ extension ObjectStoreBackupTests {
         }
     }
 
+    /// A restore refused early (the backup of another app) ends at once even when the
+    /// server then sends nothing: the download is stopped, not waited for (a minute, or
+    /// for ever with a server that trickles).
+    @Test func refusedRestoreDoesNotWaitForAStalledDownload() throws {
+        try withSeaweedFS { server in
+            let (source, url) = try backedUpContainer(server, key: "other-app.tar", mebibytes: 16)
+            let other = source.base + "/Other.app"
+            try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+            try Data("<plist>other</plist>\n".utf8).write(to: URL(fileURLWithPath: other + "/Info.plist"))
+            let link = try FlakyLink(to: server, after: 3 << 20, fault: .stall(seconds: 120))
+            let started = Date()
+            let restore = try runProgram(["timeout", "-s", "KILL", "100", containerfsBinary, "restore", url, source.base + "/restored", "--bundle", other],
+                                         environment: server.environment.merging(["AWS_ENDPOINT_URL": link.endpoint]) { $1 })
+            #expect(restore.status == 64 && restore.stderr.contains("is a backup of Demo.app"), "\(restore)")
+            #expect(Date().timeIntervalSince(started) < 30, "the refusal waited for the stalled download")
+            #expect(!FileManager.default.fileExists(atPath: source.base + "/restored"))
+        }
+    }
+
     /// SIGINT or SIGTERM while the object is coming ends the restore at once: the
     /// container being built aside is removed, nothing is written.
     @Test func interruptedRestoreLeavesNothing() throws {
