@@ -154,8 +154,7 @@ public struct Run {
         let tables = Sandbox.accounts(passwd: (try? readFile(at: AT_FDCWD, Array("/etc/passwd".utf8))) ?? [],
                                       group: (try? readFile(at: AT_FDCWD, Array("/etc/group".utf8))) ?? [])
         func unnamedFile(_ contents: [UInt8]) -> Int32? {
-            // O_TMPFILE (`__O_TMPFILE | O_DIRECTORY`), which Glibc's Swift module leaves out.
-            let fd = open("/tmp", 0o20000000 | O_DIRECTORY | O_RDWR | O_CLOEXEC, 0o600)
+            let fd = open("/tmp", clinux_O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600)
             guard fd >= 0 else { return nil }
             let written = contents.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
             guard written == contents.count, lseek(fd, 0, SEEK_SET) == 0 else {
