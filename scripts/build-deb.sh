@@ -110,7 +110,7 @@ Version: $version
 Architecture: $(dpkg --print-architecture)
 Maintainer: $maintainer
 Installed-Size: $installed
-Depends: $shlibs, fuse3, bubblewrap
+Depends: $shlibs, fuse3, bubblewrap, passwd, util-linux
 Section: utils
 Priority: optional
 Description: iOS-style app containers on Linux, as a FUSE filesystem
@@ -124,6 +124,7 @@ Description: iOS-style app containers on Linux, as a FUSE filesystem
  containerfs and /etc/fstab), man pages and bash, zsh and fish completions.
 EOF
 (cd "$stage" && find usr -type f | LC_ALL=C sort | xargs md5sum) >"$stage/DEBIAN/md5sums"
+install -m 0755 packaging/debian/postinst "$stage/DEBIAN/postinst"
 
 find "$stage" -type d -exec chmod 0755 {} +
 find "$stage" -exec touch -h -d "@$epoch" {} +

@@ -37,3 +37,7 @@ if [[ -c /dev/fuse && $(stat -c %a /dev/fuse) != 666 ]]; then $sudo chmod 0666 /
 for user in cfs-alice cfs-bob; do
   id "$user" >/dev/null 2>&1 || $sudo useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
 done
+# The host user root's `containerfs run` programs run as (docs/run.md); the package's
+# postinst makes it too.
+id _containerfs >/dev/null 2>&1 || $sudo useradd --system --user-group --no-create-home --home-dir /nonexistent \
+  --shell /usr/sbin/nologin --comment "containerfs confined programs" _containerfs

@@ -16,7 +16,8 @@ private func fileSystem(_ request: fuse_req_t?) -> FileSystem {
 @inline(__always)
 private func caller(_ request: fuse_req_t?) -> Caller {
     let context = fuse_req_ctx(request)!.pointee
-    return Caller(uid: context.uid, gid: context.gid, pid: context.pid, umask: context.umask, request: request)
+    let ids = fileSystem(request).ownerMapping?.recorded(uid: context.uid, gid: context.gid) ?? (uid: context.uid, gid: context.gid)
+    return Caller(uid: ids.uid, gid: ids.gid, pid: context.pid, umask: context.umask, request: request)
 }
 
 extension Caller {
@@ -47,12 +48,13 @@ private func respond(_ request: fuse_req_t?, _ body: () throws(Errno) -> Void) {
 @inline(__always)
 private func replyEntry(_ request: fuse_req_t?, _ entry: fuse_entry_param) {
     var entry = entry
+    entry.attr = fileSystem(request).shown(entry.attr)
     fuse_reply_entry(request, &entry)
 }
 
 @inline(__always)
 private func replyAttributes(_ request: fuse_req_t?, _ info: stat, _ fs: FileSystem) {
-    var info = info
+    var info = fs.shown(info)
     fuse_reply_attr(request, &info, fs.timeouts.attributes)
 }
 
@@ -120,7 +122,9 @@ func makeOperations() -> fuse_lowlevel_ops {
                 if info == nil { _ = try fs.admitOpen(caller(request), ino, "truncate") }
                 if DataProtection.isGuarded(info) { try fs.admitGuarded(caller(request), ino, "truncate") }
             }
-            replyAttributes(request, try fs.setattr(caller(request), ino, attr!.pointee, toSet, fh), fs)
+            var asked = attr!.pointee
+            if let mapping = fs.ownerMapping { (asked.st_uid, asked.st_gid) = mapping.recorded(uid: asked.st_uid, gid: asked.st_gid) }
+            replyAttributes(request, try fs.setattr(caller(request), ino, asked, toSet, fh), fs)
         }
     }
     ops.readlink = { request, ino in
@@ -189,6 +193,7 @@ func makeOperations() -> fuse_lowlevel_ops {
             setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
             if guarded { markGuarded(info, entry.ino, fs) }
             fs.countOpened(entry.ino)
+            entry.attr = fs.shown(entry.attr)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(entry.ino) }
                 fs.countClosed(entry.ino, fd)

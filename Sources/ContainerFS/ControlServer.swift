@@ -3,6 +3,7 @@ import ContainerPolicy
 import ContainerStore
 import Foundation
 import Glibc
+import Synchronization
 
 /// Serves the state folder's control socket (see `ControlChannel`): for each path a
 /// containerfs command changed in the store, tells the kernel to drop its cached entry
@@ -33,16 +34,49 @@ final class ControlServer: @unchecked Sendable {
         thread.start()
     }
 
+    /// Clients served at once at most; more wait in the listen queue.
+    static let maxClients = 16
+    /// How long a client may stay silent before it is dropped.
+    static let clientTimeout = timeval(tv_sec: 10, tv_usec: 0)
+    private let clients = Mutex(0)
+    /// What clients ask is done one at a time, as when one client was served at a time;
+    /// only their waiting overlaps.
+    private let acting = Mutex(())
+
+    /// Each client on a thread of its own, so that one that connects and says nothing holds
+    /// up nobody (`status`, `lock` and `capacity` answer meanwhile).
     private func serve() {
         while true {
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                return
+                switch errno {
+                case EINTR, ECONNABORTED: continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM: usleep(100_000); continue   // out of descriptors for now
+                default: return
+                }
             }
-            handle(client)
-            close(client)
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            var timeout = Self.clientTimeout
+            _ = setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            _ = setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            while clients.withLock({ count in
+                guard count < Self.maxClients else { return true }
+                count += 1
+                return false
+            }) { usleep(10_000) }
+            let thread = Thread { [self] in
+                handle(client)
+                close(client)
+                clients.withLock { $0 -= 1 }
+            }
+            thread.name = "control client"
+            thread.start()
         }
+    }
+
+    /// At a clean unmount: the socket's name goes, so that no command finds a socket nobody serves.
+    func remove() {
+        _ = withCName(ControlChannel.socketName) { unlinkat(store.stateFD, $0, 0) }
     }
 
     private func handle(_ client: Int32) {
@@ -53,22 +87,24 @@ final class ControlServer: @unchecked Sendable {
             if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
             if buffer[0..<count].elementsEqual(ControlChannel.capacityCommand) {
-                fileSystem.space.reload(store)
+                acting.withLock { _ in fileSystem.space.reload(store) }
                 continue
             }
             if let command = DeviceControl.command(in: buffer[0..<count]) {
                 // lock, unlock, status (SPEC §11): answered with the state, nothing else follows.
-                let state = command == .status ? fileSystem.protection.current
-                    : fileSystem.protection.switchState(locked: command == .lock, session: session)
+                let state = acting.withLock { _ in
+                    command == .status ? fileSystem.protection.current
+                        : fileSystem.protection.switchState(locked: command == .lock, session: session)
+                }
                 _ = state.rawValue.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
                 return
             }
             guard let path = ContainerPath(bytes: buffer[0..<count]) else { continue }
-            fileSystem.invalidate(path, session: session)
+            acting.withLock { _ in fileSystem.invalidate(path, session: session) }
             changedBehind = true
         }
         // A delivery or a purge changed the store behind the mount: count it again.
-        if changedBehind, fileSystem.space.isActive { fileSystem.space.recount(store) }
+        if changedBehind, fileSystem.space.isActive { acting.withLock { _ in fileSystem.space.recount(store) } }
         // `ok`, then how many requests came through io_uring so far (`ok 0` without rings):
         // the test suite's io_uring pass checks from it that the rings served its mounts.
         let reply = Array("ok \(cfuse_uring_requests())".utf8)

@@ -39,6 +39,8 @@ final class FileSystem: @unchecked Sendable {
     /// Whether set-user-ID and set-group-ID bits are dropped from every mode a caller gives
     /// a file that is not a folder (`-o nosetid`, which `run` uses).
     var noSetID = false
+    /// The ids shown to, and recorded for, the app user of root's `run` (`-o appuser`).
+    var ownerMapping: OwnerMapping?
     /// Data protection: the device state and the open files of class `complete` (SPEC §11).
     let protection = DataProtection()
     /// A root daemon creates files as root; they are handed to the caller afterwards.
@@ -52,6 +54,16 @@ final class FileSystem: @unchecked Sendable {
         self.audit = audit
         self.timeouts = timeouts
         self.inodes = try InodeTable(rootFD: store.rootFD, layout: store.layout)
+    }
+
+    /// The attributes of a node as a reply shows them: in the app user's ids under
+    /// `ownerMapping`, and the top folder, which `create` makes 0700 to keep other users out
+    /// of the store on disk, as 0755: the mount serves them through the rules.
+    func shown(_ info: stat) -> stat {
+        var info = info
+        ownerMapping?.present(&info)
+        if InodeKey(info) == inodes.root.key, info.st_mode & 0o777 == 0o700 { info.st_mode |= 0o055 }
+        return info
     }
 
     // MARK: Policy
@@ -567,6 +579,7 @@ final class FileSystem: @unchecked Sendable {
                     } else {
                         param = try entry(handle.node, name, Array(bytes), layout.child(Array(bytes), of: handle.location))
                     }
+                    param.attr = shown(param.attr)
                     let needed = fuse_add_direntry_plus(request, buffer + used, remaining, name, &param, nextOffset)
                     if needed > remaining {
                         if param.ino != 0 { forget(param.ino, 1) }

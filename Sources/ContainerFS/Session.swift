@@ -29,6 +29,9 @@ public struct MountOptions: Sendable {
     /// Start locked since boot (`locked`; SPEC §11): data of classes other than `none`
     /// stays unavailable until `containerfs unlock`.
     public var locked = false
+    /// The host user root's `run` program is (`appuser=UID:GID`): shown the store owner's
+    /// files as its own, and what it makes recorded as the owner's (OwnerMapping.swift).
+    public var appUser: (uid: uid_t, gid: gid_t)?
     /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
@@ -61,6 +64,12 @@ public struct MountOptions: Sendable {
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
+            case "appuser":
+                let ids = parts.count == 2 ? parts[1].split(separator: ":", omittingEmptySubsequences: false) : []
+                guard ids.count == 2, let uid = uid_t(ids[0]), let gid = gid_t(ids[1]), uid != 0, uid != uid_t.max, gid != gid_t.max else {
+                    throw UserError.usage("bad mount option '\(item)': appuser takes a user's ids other than root's, as appuser=994:993")
+                }
+                options.appUser = (uid, gid)
             case "timeout":
                 guard parts.count == 2, let seconds = Double(parts[1]), seconds >= 0 else {
                     throw UserError.usage("bad mount option '\(item)': timeout takes seconds, as timeout=1")
@@ -124,6 +133,11 @@ public final class Session {
         }
         fileSystem.writeback = options.writeback
         fileSystem.noSetID = options.noSetID
+        if let app = options.appUser {
+            var top = stat()
+            guard fstat(store.rootFD, &top) == 0 else { throw UserError("cannot read store \(store.path): \(Errno.current)") }
+            fileSystem.ownerMapping = OwnerMapping(owner: (top.st_uid, top.st_gid), app: app)
+        }
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
         // With a capacity, the store is counted here: from the summary of the last clean
         // unmount, or by a walk (see docs/capacity.md).
@@ -206,6 +220,7 @@ public final class Session {
         }
         fuse_session_unmount(session)
         fuse_session_destroy(session)
+        control?.remove()
         let store = fileSystem.store
         let temporary = StandardDirectory.tmp.path.bytes
         let before = fileSystem.space.isActive ? Capacity.treeBytes(at: store.rootFD, temporary) : 0

@@ -18,6 +18,8 @@ public enum Lifecycle {
         public var oldName: [UInt8], newName: [UInt8]
         /// True when the app was offloaded: a reinstall.
         public var reinstalled: Bool
+        /// True when the reinstall made the store's top folder 0700.
+        public var closedToOthers = false
         /// The new bundle as signed.
         public var entries: Int, files: Int, bytes: UInt64
         /// Entries removed from `tmp/`.
@@ -77,9 +79,14 @@ public enum Lifecycle {
         let emptied = Purge.emptyTemporary(store).removed
         try BundleSwitch.commit(store, working: working, newBundle: newName)
         withExtendedLifetime(hold) {}
+        // A store made before stores were private is closed to other users at a reinstall,
+        // as `create` and `restore` make new ones (docs/policy.md).
+        var top = stat()
+        let closed = store.offloaded != nil && fstat(store.rootFD, &top) == 0 && top.st_mode & 0o077 != 0
+            && fchmod(store.rootFD, top.st_mode & 0o700) == 0
         return UpdateSummary(
-            oldName: oldName, newName: newName, reinstalled: store.offloaded != nil, entries: signed.entries,
-            files: signed.files, bytes: signed.bytes, temporaryEntries: emptied)
+            oldName: oldName, newName: newName, reinstalled: store.offloaded != nil, closedToOthers: closed,
+            entries: signed.entries, files: signed.files, bytes: signed.bytes, temporaryEntries: emptied)
     }
 
     /// Offloads the app of the store at `path`: records its name, manifest digest and size,

@@ -115,13 +115,23 @@ public struct ObjectStoreConfig: Sendable {
             guard endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://"),
                   let url = URLComponents(string: endpoint), url.host?.isEmpty == false, url.path.isEmpty, url.query == nil, url.user == nil
             else {
-                throw UserError("AWS_ENDPOINT_URL '\(custom)' is not an http:// or https:// URL of a server (scheme, host, port; no path)")
+                throw UserError("AWS_ENDPOINT_URL '\(Self.withoutUserInfo(custom))' is not an http:// or https:// URL of a server (scheme, host, port; no path, no user or password)")
             }
         } else {
             endpoint = "https://s3.\(region).amazonaws.com"
         }
         return ObjectStoreConfig(endpoint: endpoint, pathStyle: custom != nil, region: region, credentials: credentials,
                                  caBundle: nonEmpty(environment["AWS_CA_BUNDLE"]))
+    }
+
+    /// `url` without a `user:password@` part, which an error line must never print: what
+    /// follows the scheme up to the last `@` before the first `/`, `?` or `#` goes.
+    static func withoutUserInfo(_ url: String) -> String {
+        guard let scheme = url.range(of: "://") else { return url }
+        let rest = url[scheme.upperBound...]
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return url }
+        return String(url[..<scheme.upperBound]) + "…@" + String(rest[rest.index(after: at)...])
     }
 
     /// The URL of `key` in `bucket` (already percent-encoded), with `query` (already in

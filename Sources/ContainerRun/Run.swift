@@ -65,7 +65,8 @@ public struct Run {
     /// One launch: mounts the container, runs the program, unmounts and purges `tmp/`;
     /// returns the program's exit status.
     func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
-        let mountpoint = try Self.makeMountpoint()
+        let appUser = sandbox?.appUser
+        let mountpoint = try Self.makeMountpoint(owner: appUser)
         lock.record(mountpoint: mountpoint)
         let since = AuditLog.now()
         var daemon: pid_t?
@@ -76,8 +77,13 @@ public struct Run {
         }
         // No set-ID file may come out of a run: one made by a program root ran would be a
         // root set-user-ID program in the store, which any local user can execute.
-        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: locked ? ["nosetid", "locked"] : ["nosetid"])
+        var options = locked ? ["nosetid", "locked"] : ["nosetid"]
+        // Root's program is the host app user: it reaches the mount as another user would,
+        // and owns the store owner's files there (OwnerMapping). Only it can enter the run folder.
+        if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
+        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: options)
         if let signal = relay.signalBeforeStart { return 128 + signal }
+        if appUser != nil { try Sandbox.makeDevices(in: Self.devicesFolder(of: mountpoint)) }
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
         if let sandbox {
@@ -109,7 +115,7 @@ public struct Run {
             throw UserError("cannot make the sandbox's seccomp filter: \(writeError)")
         }
         let infoFD: Int32 = 3, filterFD: Int32 = 4, passwdFD: Int32 = 5, groupFD: Int32 = 6
-        let asRoot = geteuid() == 0
+        let asRoot = sandbox.appUser != nil
         // Root's program runs as 501: `mobile` in the passwd and group files it sees. Files
         // without a name (freed with the last descriptor): bubblewrap reads them at its pace.
         let accounts = asRoot ? accountFiles() : nil
@@ -117,12 +123,14 @@ public struct Run {
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
                                        environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
-                                       filterFD: filterFD, asRoot: asRoot, accountFDs: accounts.map { _ in (passwdFD, groupFD) })
+                                       filterFD: filterFD, devicesFolder: asRoot ? Self.devicesFolder(of: mountpoint) : nil,
+                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) })
         var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
         if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
         let pid: pid_t
         do {
-            pid = try spawn(line.executable, line.arguments, environment: Sandbox.hostEnvironment, passing: passing)
+            // From /: the caller's folder may be one the host app user cannot enter.
+            pid = try spawn(line.executable, line.arguments, environment: Sandbox.hostEnvironment, directory: "/", passing: passing)
         } catch {
             (info + [filter[0]]).forEach { close($0) }
             throw error
@@ -274,17 +282,28 @@ public struct Run {
     }
 
     /// A private folder to mount the container in: `/tmp/containerfs-run-XXXXXX/container`,
-    /// the parent 0700, so that no other user can reach the mount.
-    private static func makeMountpoint() throws(UserError) -> String {
+    /// the parent 0700 and, for root's program, `owner`'s, so that nobody else can reach the mount.
+    private static func makeMountpoint(owner: HostAppUser?) throws(UserError) -> String {
         var template = Array("/tmp/containerfs-run-XXXXXX".utf8CString)
         guard let base = mkdtemp(&template) else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
         let mountpoint = MountEntry.absolute(String(cString: base) + "/container")
         guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
+        if let owner, chown(base, owner.uid, owner.gid) != 0 || chown(mountpoint, owner.uid, owner.gid) != 0 {
+            let error = Errno.current
+            removeMountpoint(mountpoint)
+            throw UserError("cannot give the run folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
+        }
         return mountpoint
     }
 
-    /// Removes the mount point and its private parent, once nothing is mounted there.
+    /// Where root's program's `/dev` nodes are: beside the mount point.
+    private static func devicesFolder(of mountpoint: String) -> String {
+        (mountpoint as NSString).deletingLastPathComponent + "/dev"
+    }
+
+    /// Removes the mount point, the `/dev` nodes and their private parent, once nothing is mounted there.
     private static func removeMountpoint(_ mountpoint: String) {
+        Sandbox.removeDevices(in: devicesFolder(of: mountpoint))
         rmdir(mountpoint)
         let parent = (mountpoint as NSString).deletingLastPathComponent
         if (parent as NSString).lastPathComponent.hasPrefix("containerfs-run-") { rmdir(parent) }

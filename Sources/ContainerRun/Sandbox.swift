@@ -15,9 +15,12 @@ public struct Sandbox {
     static let systemLinks = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 
     /// The uid and gid a program started by root runs as inside, as an iOS app runs as
-    /// `mobile` (501). The user namespace maps it to root outside, so what it makes through
-    /// the mount still belongs to the caller; it has no capability either way.
+    /// `mobile` (501). Outside it is `HostAppUser`, never root: see docs/run.md.
     public static let appUserID = 501
+
+    /// The device nodes a program gets in `/dev`. bubblewrap binds the host's, which root's
+    /// program could `touch`; root's gets fresh nodes of its own instead (`makeDevices`).
+    static let devices = ["null", "zero", "full", "random", "urandom", "tty"]
 
     /// The host's `/etc/passwd` and `/etc/group` as a program root started sees them: its
     /// uid and gid 501 named `mobile`, as on iOS (`id -un`, `whoami`, git's default
@@ -48,9 +51,13 @@ public struct Sandbox {
     let network: Bool
     /// Host paths shown read-only at the same place, absolute with symlinks resolved.
     let readOnlyBinds: [String]
+    /// When root runs the program: the host user it runs as.
+    let appUser: HostAppUser?
 
-    /// Finds bubblewrap and checks the paths to bind; fails with one line if either is missing.
+    /// Finds bubblewrap (and, for root, `HostAppUser`) and checks the paths to bind; fails
+    /// with one line if any is missing.
     init(network: Bool, readOnlyBinds: [String]) throws(UserError) {
+        appUser = geteuid() == 0 ? try HostAppUser.find() : nil
         guard let bubblewrap = Self.findExecutable("bwrap") else {
             throw UserError("bubblewrap is not installed, so the program cannot be confined: apt-get install bubblewrap (or run it unconfined with --no-confine)")
         }
@@ -88,7 +95,7 @@ public struct Sandbox {
     /// - `filterFD`: the descriptor bubblewrap reads the seccomp filter from
     ///   (`clinux_write_terminal_filter`), which keeps the program from pushing input into
     ///   the terminal it shares (TIOCSTI) without taking the terminal away from it.
-    /// - `asRoot`: the caller is root; the program then runs as `appUserID` inside.
+    /// - `devicesFolder`: for root's program, where `makeDevices` made its `/dev` nodes.
     /// - `accountFDs`: descriptors bubblewrap reads the `accounts` files from, shown as
     ///   `/etc/passwd` and `/etc/group` (for a program run as `appUserID`).
     /// - `environment`: the program's. bubblewrap itself runs on the host with every
@@ -96,28 +103,35 @@ public struct Sandbox {
     ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
     ///   the program's with `--clearenv` and `--setenv`.
     func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
-                     terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, asRoot: Bool,
+                     terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, devicesFolder: String? = nil,
                      accountFDs: (passwd: Int32, group: Int32)? = nil) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
         var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
-                                            filterFD: filterFD, asRoot: asRoot, accountFDs: accountFDs)
+                                            filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs)
         let settings = ["--clearenv"] + environment.sorted { $0.key < $1.key }.flatMap { ["--setenv", $0.key, $0.value] }
         arguments.insert(contentsOf: settings, at: arguments.count - 1)   // before the closing "--"
-        if names.isEmpty { return (bubblewrap, arguments + command) }
-        return ("/usr/bin/env", ["env", "--ignore-signal=" + names, bubblewrap] + arguments.dropFirst()
-                + ["/usr/bin/env", "--default-signal=" + names] + command)
+        var line = (executable: bubblewrap, arguments: arguments + command)
+        if !names.isEmpty {
+            line = ("/usr/bin/env", ["env", "--ignore-signal=" + names, bubblewrap] + arguments.dropFirst()
+                    + ["/usr/bin/env", "--default-signal=" + names] + command)
+        }
+        // Root's program: bubblewrap starts as the host app user, as it does for an ordinary
+        // user, so that the sandbox's uid 501 is that user outside, not root.
+        guard let appUser else { return line }
+        return ("/usr/bin/setpriv", ["setpriv", "--reuid=\(appUser.uid)", "--regid=\(appUser.gid)", "--clear-groups", "--",
+                                     line.executable] + line.arguments.dropFirst())
     }
 
     static let signalNames: [Int32: String] = [SIGINT: "INT", SIGQUIT: "QUIT", SIGHUP: "HUP"]
 
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
-    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, asRoot: Bool,
+    private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, devicesFolder: String?,
                                      accountFDs: (passwd: Int32, group: Int32)?) -> [String] {
         // A user namespace always, even for root: the program has no capability (a root
         // one could remount the read-only binds and write the host), cannot make another
         // user namespace to get some back, and bubblewrap sets no_new_privs.
         var arguments = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-        if asRoot { arguments += ["--uid", "\(Self.appUserID)", "--gid", "\(Self.appUserID)"] }
+        if appUser != nil { arguments += ["--uid", "\(Self.appUserID)", "--gid", "\(Self.appUserID)"] }
         if network { arguments.append("--share-net") }
         arguments += ["--die-with-parent", "--info-fd", "\(infoFD)", "--seccomp", "\(filterFD)"]
         if newSession { arguments.append("--new-session") }
@@ -147,7 +161,11 @@ public struct Sandbox {
         // sandbox's namespaces. /proc/sysrq-trigger likewise, where the kernel has it.
         arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         arguments += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
-        arguments += ["--dev", "/dev", "--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
+        arguments += ["--dev", "/dev"]
+        if let devicesFolder {
+            for name in Self.devices { arguments += ["--dev-bind", devicesFolder + "/" + name, "/dev/" + name] }
+        }
+        arguments += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
         // The container; its tmp is also /tmp.
         arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]
         // The caller's binds last, so that one below /tmp is not hidden by the container's
@@ -158,6 +176,29 @@ public struct Sandbox {
         // container fails as it would on iOS instead of vanishing with the sandbox.
         arguments += ["--remount-ro", "/", "--chdir", Self.home, "--"]
         return arguments
+    }
+
+    /// Makes `folder` a read-only tmpfs holding fresh nodes of `devices` (root only): what
+    /// root's program gets as `/dev/null` and the rest, nodes it can use but not chmod,
+    /// chown, touch or label (EROFS), and that are not the host's. `removeDevices` undoes it.
+    static func makeDevices(in folder: String) throws(UserError) {
+        func failure(_ what: String) -> UserError { UserError("cannot make the sandbox's /dev in \(folder): \(what): \(Errno.current)") }
+        guard mkdir(folder, 0o755) == 0 else { throw failure("mkdir") }
+        guard mount("tmpfs", folder, "tmpfs", UInt(MS_NOSUID | MS_NOEXEC), "mode=0755,size=16k") == 0 else { throw failure("mount") }
+        for name in devices {
+            var host = stat()
+            guard stat("/dev/" + name, &host) == 0, host.st_mode & S_IFMT == S_IFCHR else { continue }
+            guard mknod(folder + "/" + name, S_IFCHR | 0o666, host.st_rdev) == 0, chmod(folder + "/" + name, 0o666) == 0 else {
+                throw failure("mknod \(name)")
+            }
+        }
+        guard mount(nil, folder, nil, UInt(MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC), nil) == 0 else { throw failure("remount") }
+    }
+
+    /// Unmounts and removes what `makeDevices` made, if anything.
+    static func removeDevices(in folder: String) {
+        while umount2(folder, Int32(MNT_DETACH)) == 0 {}
+        rmdir(folder)
     }
 
     /// The program's environment: `passedVariables` and the locale's from the caller's,
@@ -191,5 +232,22 @@ public struct Sandbox {
             if access(candidate, X_OK) == 0 { return candidate }
         }
         return nil
+    }
+}
+
+/// The host user root's program runs as: a system user that owns no file (made by the
+/// package's postinst and scripts/install-deps.sh), so that without capabilities the
+/// program is nobody to the kernel's owner checks on the host (docs/run.md).
+public struct HostAppUser: Sendable {
+    public static let name = "_containerfs"
+    public let uid: uid_t
+    public let gid: gid_t
+
+    /// Looks the user up; fails with one line when it is missing or is root.
+    static func find() throws(UserError) -> HostAppUser {
+        guard let entry = getpwnam(name), entry.pointee.pw_uid != 0 else {
+            throw UserError("user \(name), whom root's confined programs run as, does not exist: create it with 'useradd --system --user-group --no-create-home --shell /usr/sbin/nologin \(name)' (the package makes it)")
+        }
+        return HostAppUser(uid: entry.pointee.pw_uid, gid: entry.pointee.pw_gid)
     }
 }

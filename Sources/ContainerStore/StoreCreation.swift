@@ -39,7 +39,7 @@ extension Store {
         let bundleName = try checkBundle(bundlePath)
         let staging: [UInt8]
         do {
-            staging = try StagingName.create(beside: leaf, purpose) { mkdirat(parentFD, $0, 0o755) }.name
+            staging = try StagingName.create(beside: leaf, purpose) { mkdirat(parentFD, $0, 0o700) }.name
         } catch {
             throw UserError("cannot create \(path): \(error)")
         }

@@ -179,7 +179,7 @@ struct RestoreCommand: ParsableCommand {
                 printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "bundle": bundleName])
             } else {
                 FileHandleOutput.standardOutput.write(
-                    "restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint)\n")
+                    "restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
             }
         }
     }

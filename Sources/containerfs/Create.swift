@@ -48,7 +48,7 @@ struct Create: ParsableCommand {
                 }
                 try sign?(rootFD, stateFD, bundleName)
             })
-            FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint)\n")
+            FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
         }
     }
 }

@@ -33,6 +33,7 @@ struct Update: ParsableCommand {
             let what = summary.reinstalled ? "reinstalled \(new) in \(store)" : "updated \(store): \(old) replaced by \(new)"
             FileHandleOutput.standardOutput.write(
                 "\(what) (\(summary.files) files, \(summary.bytes) bytes, signed); Documents, Library and caches kept; tmp/ emptied (\(summary.temporaryEntries) entries)\n"
+                + (summary.closedToOthers ? "made \(store) mode 0700: other users no longer read it on disk (mounts still serve them through the rules)\n" : "")
             )
         }
     }

@@ -18,7 +18,9 @@ struct Mount: ParsableCommand {
             when it could go straight to the store), uring (turn on the kernel's FUSE over
             io_uring, root: requests served on the caller's CPU; used by default when already
             on), nouring (requests through /dev/fuse), nosetid (chmod, create and mknod drop
-            set-user-ID and set-group-ID bits from files; run uses it), locked (start with the
+            set-user-ID and set-group-ID bits from files; run uses it), appuser=UID:GID (root: show
+            the store owner's files to that host user as its own and record what it makes as the
+            owner's; root's run uses it for _containerfs), locked (start with the
             device locked since boot: see containerfs lock, docs/protection.md), timeout=SECONDS (kernel cache of names and
             attributes, default 86400), threads=N (default 16), debug; others are passed to
             libfuse.

@@ -18,6 +18,22 @@ struct ObjectStoreConfigTests {
         #expect(!"\(config.credentials)".contains("secret"))
     }
 
+    /// A password in the endpoint's URL never reaches the error line (issue #25).
+    @Test(arguments: ["http://user:hunter2secret@host:9000", "https://hunter2secret@host/path", "http://a:hunter2secret@b@host:1/x?y#z"])
+    func anEndpointsPasswordIsNeverPrinted(url: String) {
+        #expect(throws: UserError.self) {
+            try ObjectStoreConfig.load(environment: ["HOME": "/nonexistent", "AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S",
+                                                     "AWS_ENDPOINT_URL": url])
+        }
+        do {
+            _ = try ObjectStoreConfig.load(environment: ["HOME": "/nonexistent", "AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S",
+                                                         "AWS_ENDPOINT_URL": url])
+        } catch {
+            #expect(!error.message.contains("hunter2secret"), "\(error.message)")
+            #expect(error.message.contains("host"), "\(error.message)")
+        }
+    }
+
     @Test func awsEndpointIsVirtualHosted() throws {
         let config = try ObjectStoreConfig.load(environment: ["HOME": "/nonexistent", "AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S", "AWS_DEFAULT_REGION": "us-west-2"])
         #expect(config.url(bucket: "bkt", key: "k", query: "uploads=") == "https://bkt.s3.us-west-2.amazonaws.com/k?uploads=")
