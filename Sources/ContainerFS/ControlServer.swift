@@ -35,7 +35,7 @@ final class ControlServer: @unchecked Sendable {
     }
 
     /// Clients served at once at most; more wait in the listen queue.
-    static let maxClients = 16
+    static let maxClients = 64
     /// How long a client may stay silent before it is dropped.
     static let clientTimeout = timeval(tv_sec: 10, tv_usec: 0)
     private let clients = Mutex(0)

@@ -290,6 +290,40 @@ struct ProtectionThroughMountTests {
         #expect(!FileManager.default.fileExists(atPath: container.stored("Documents/new")))
     }
 
+    /// A client that connects to the control socket and says nothing holds up nobody:
+    /// `lock`, `status` and `unlock` complete meanwhile; the socket goes at a clean unmount
+    /// (issue #25).
+    @Test func anIdleControlClientHoldsUpNobody() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        let socket = container.stored(".containerfs/control.sock")
+        // Several idle clients, holding the socket until they are killed.
+        let connected = container.base + "/connected"
+        let idle = try BackgroundProgram(["/usr/bin/python3", "-c", """
+            import socket, sys, time
+            clients = []
+            for _ in range(20):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.connect(sys.argv[1])
+                clients.append(s)
+            open(sys.argv[2], "w").close()
+            time.sleep(60)
+            """, socket, connected])
+        defer { idle.process.terminate() }
+        #expect(waitForFile(connected, seconds: 10), "the idle clients could not connect")
+        let started = Date()
+        let lock = try runProgram(["timeout", "-s", "KILL", "30", containerfsBinary, "lock", container.store])
+        let status = try runProgram(["timeout", "-s", "KILL", "30", containerfsBinary, "status", container.store])
+        let unlock = try runProgram(["timeout", "-s", "KILL", "30", containerfsBinary, "unlock", container.store])
+        #expect(lock.status == 0 && lock.stdout.hasSuffix(": locked\n"), "\(lock)")
+        #expect(status.status == 0 && status.stdout.contains("state: locked"), "\(status)")
+        #expect(unlock.status == 0 && unlock.stdout.contains("unlocked"), "\(unlock)")
+        #expect(Date().timeIntervalSince(started) < 60)
+        idle.process.terminate()
+        container.unmount()
+        #expect(!FileManager.default.fileExists(atPath: socket), "the socket is left after a clean unmount")
+    }
+
     @Test("status shows the state, mount point, daemon and capacity; --json; a complete file is held to the capacity")
     func status() throws {
         try withMountedContainer(options: ["locked"]) { container in

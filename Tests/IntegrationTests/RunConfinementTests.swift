@@ -28,13 +28,29 @@ struct RunConfinementTests {
         try expectCleanedUp(container)
     }
 
-    /// Root's program runs as uid 501 inside (iOS's `mobile`), mapped to root outside: what
-    /// it makes belongs to the caller. An ordinary user's runs as that user.
+    /// Root's program runs as uid 501 inside (iOS's `mobile`), which is `_containerfs`
+    /// outside, never root; what it makes still belongs to the caller in the store. An
+    /// ordinary user's runs as that user.
     @Test(arguments: runners)
     func theProgramRunsAsAnUnprivilegedUIDInsideAndMakesTheCallersFiles(runner: String?) throws {
         let container = try MountedContainer(user: runner)
         let result = try inside(container, "id -u; id -g; id -un; id -gn; touch Documents/made")
         #expect(result.status == 0, "\(result)")
+        // Seen from the host, the program is `_containerfs` (root's) or the user: a sleep
+        // with a marker of its own, found by its command line.
+        let marker = "3.\(Int.random(in: 1000...9999))"   // seconds
+        let sleeper = try BackgroundProgram(["/usr/bin/setpriv"] + (runner.map { ["--reuid=\($0)", "--regid=\($0)", "--init-groups"] } ?? [])
+                                            + ["--", containerfsBinary, "run", container.store, "--", "sleep", marker])
+        defer { _ = sleeper.wait() }
+        var hostIDs: (uid: String, gid: String)?
+        for _ in 0..<200 where hostIDs == nil {
+            usleep(50_000)
+            hostIDs = processIDs(commandLine: "sleep\0\(marker)\0")
+        }
+        let host = try #require(getpwnam(runner ?? "_containerfs"), "no host user")
+        #expect(hostIDs?.uid == "\(host.pointee.pw_uid)" && hostIDs?.gid == "\(host.pointee.pw_gid)", "the program's host ids: \(String(describing: hostIDs))")
+        #expect(hostIDs?.uid != "0", "never root outside")
+        #expect(sleeper.wait().status == 0)
         let expected = runner.map { getpwnam($0).pointee.pw_uid } ?? 501
         let expectedGroup = runner.map { getpwnam($0).pointee.pw_gid } ?? 501
         // Root's program is `mobile`, as on iOS; an ordinary user's keeps its names.
@@ -44,6 +60,93 @@ struct RunConfinementTests {
         #expect(stat(container.stored("Documents/made"), &info) == 0)
         #expect(info.st_uid == (runner.map { getpwnam($0).pointee.pw_uid } ?? 0), "the caller owns it outside")
         try expectCleanedUp(container)
+    }
+
+    /// Root's program owns nothing of the host (issue #25): it is nobody to the kernel's
+    /// owner checks. Inside, every `/dev` entry is chmodded, chowned, touched and labelled
+    /// (to values that change nothing, so that a failure breaks no other process), and
+    /// root-only files are read; outside, the host's nodes are checked unchanged. An
+    /// ordinary user may `touch` a world-writable node, as outside (docs/run.md).
+    @Test(arguments: runners)
+    func theProgramOwnsNothingOfTheHost(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        let nodes = ["null", "zero", "full", "random", "urandom", "tty"]
+        func hostState() -> [String: stat] {
+            var states: [String: stat] = [:]
+            for node in nodes {
+                var info = stat()
+                if stat("/dev/" + node, &info) == 0 { states[node] = info }
+            }
+            return states
+        }
+        let before = hostState()
+        defer {
+            // A failing build changed the host: put its nodes back as they were.
+            for (node, info) in hostState() where before[node].map({ $0.st_mode != info.st_mode || $0.st_uid != info.st_uid }) ?? false {
+                chmod("/dev/" + node, before[node]!.st_mode & 0o7777)
+                chown("/dev/" + node, before[node]!.st_uid, before[node]!.st_gid)
+            }
+        }
+        usleep(20_000)   // so that a change inside would show in the times
+        let result = try inside(container, """
+            for entry in /dev/* /dev/pts/* /dev/shm; do
+              chmod 0666 "$entry" 2>/dev/null && echo "chmod $entry ok"
+              chown "$(id -u):$(id -g)" "$entry" 2>/dev/null && echo "chown $entry ok"
+              touch -c "$entry" 2>/dev/null && echo "touch $entry ok"
+              setfattr -n user.cfs -v 1 "$entry" 2>/dev/null && echo "setfattr $entry ok"
+            done
+            for file in /etc/shadow /etc/gshadow /etc/sudoers /proc/kpagecount /proc/kcore; do
+              head -c 1 "$file" >/dev/null 2>&1 && echo "read $file ok"
+            done
+            echo x >/dev/null && head -c 4 /dev/urandom | wc -c && head -c 4 /dev/zero | wc -c
+            """)
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        // The nodes still work.
+        #expect(lines.suffix(2) == ["4", "4"], "\(result)")
+        for line in lines.dropLast(2) {
+            let words = line.split(separator: " ")
+            // The sandbox's own /dev folder, pts and shm are private to it: changing them changes nothing outside.
+            let entry = words.count > 1 ? String(words[1]) : ""
+            let privateEntry = ["/dev/pts", "/dev/shm", "/dev/pts/ptmx"].contains(entry) || entry.hasPrefix("/dev/shm/")
+                || ["/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/core", "/dev/ptmx"].contains(entry)
+            let ordinaryTouch = runner != nil && words.first == "touch"
+            #expect(privateEntry || ordinaryTouch, "the program could: \(line)")
+        }
+        for (node, old) in before {
+            let now = hostState()[node]
+            #expect(now?.st_mode == old.st_mode && now?.st_uid == old.st_uid && now?.st_gid == old.st_gid, "/dev/\(node) changed on the host")
+            if runner == nil {
+                #expect(now?.st_ctim.tv_sec == old.st_ctim.tv_sec && now?.st_ctim.tv_nsec == old.st_ctim.tv_nsec, "/dev/\(node)'s ctime changed")
+                #expect(now?.st_mtim.tv_sec == old.st_mtim.tv_sec && now?.st_mtim.tv_nsec == old.st_mtim.tv_nsec, "/dev/\(node)'s mtime changed")
+            }
+        }
+        try expectCleanedUp(container)
+    }
+
+    /// The store is closed to other users on disk: `create` makes it 0700, so a folder a
+    /// program of root's makes 2777 in `Documents/` is no way in for another user, while
+    /// the mount shows its root 0755 to serve them through the rules (issue #25).
+    @Test func otherUsersStayOutOfAContainerOnDisk() throws {
+        let container = try MountedContainer()
+        chmod(container.base, 0o755)   // only the store's own mode may keep alice out
+        var info = stat()
+        #expect(stat(container.store, &info) == 0 && info.st_mode & 0o777 == 0o700, "store mode \(String(info.st_mode & 0o777, radix: 8))")
+        let made = try inside(container, "mkdir Documents/open && chmod 2777 Documents/open && echo secret >Documents/open/s")
+        #expect(made.status == 0, "\(made)")
+        let alice = try probe(as: "cfs-alice", root: container.store, """
+            check("write", lambda: write(M + "/Documents/open/alice", b"x"))
+            check("read", lambda: read(M + "/Documents/open/s"))
+            check("list", lambda: os.listdir(M + "/Documents"))
+            """)
+        for (name, outcome) in alice { #expect(outcome == "EACCES", "alice's \(name) from disk: \(outcome)") }
+        #expect(alice.count == 3, "\(alice)")
+        try container.mount(options: ["allow_other"])
+        defer { container.unmount() }
+        #expect(stat(container.mountpoint, &info) == 0 && info.st_mode & 0o777 == 0o755, "the mount's root")
+        let throughMount = try probe(as: "cfs-alice", root: container.mountpoint, """
+            check("list", lambda: ",".join(sorted(os.listdir(M + "/Documents"))))
+            """)
+        #expect(throughMount["list"] == "Inbox,open", "\(throughMount)")
     }
 
     /// A program that stops the sandbox's init (ptrace of pid 1) and leaves a child behind
@@ -368,6 +471,19 @@ struct RunConfinementTests {
     /// Runs `sh -c script` under `containerfs run` as the container's user.
     private func inside(_ container: MountedContainer, _ script: String) throws -> ProgramResult {
         try runProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", script], user: container.user)
+    }
+
+    /// The real uid and gid, as the host sees them, of the process whose command line is `commandLine`.
+    private func processIDs(commandLine: String) -> (uid: String, gid: String)? {
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(entry) != nil {
+            guard let line = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(entry)/cmdline")),
+                  String(decoding: line, as: UTF8.self) == commandLine,
+                  let status = try? String(contentsOfFile: "/proc/\(entry)/status", encoding: .utf8) else { continue }
+            let fields = statusFields(status)
+            guard let uid = fields["Uid"]?.split(separator: "\t").first, let gid = fields["Gid"]?.split(separator: "\t").first else { continue }
+            return (String(uid), String(gid))
+        }
+        return nil
     }
 
     /// `Name:\tvalue` lines of /proc/self/status.

@@ -144,9 +144,13 @@ struct RunTests {
         let shared = try makeTemporaryDirectory()
         defer { _ = try? runProgram(["rm", "-rf", shared]) }
         try Data("shared\n".utf8).write(to: URL(fileURLWithPath: shared + "/data.txt"))
-        let result = try containerfsRun(container, ["--bind-ro", shared], ["sh", "-c", #"cat "$1/data.txt"; touch "$1/new" 2>/dev/null || echo "read-only""#, "sh", shared])
+        try Data("root's\n".utf8).write(to: URL(fileURLWithPath: shared + "/private.txt"))
+        // Root's program is `_containerfs` on the host: it reads what other users may read.
+        chmod(shared, 0o755)
+        chmod(shared + "/private.txt", 0o600)
+        let result = try containerfsRun(container, ["--bind-ro", shared], ["sh", "-c", #"cat "$1/data.txt"; touch "$1/new" 2>/dev/null || echo "read-only"; cat "$1/private.txt" 2>/dev/null || echo "not root's""#, "sh", shared])
         #expect(result.status == 0, "\(result)")
-        #expect(result.stdout == "shared\nread-only\n")
+        #expect(result.stdout == "shared\nread-only\nnot root's\n")
         #expect(!FileManager.default.fileExists(atPath: shared + "/new"))
     }
 

@@ -245,7 +245,7 @@ private func requireUsers() throws {
 
 /// Runs python `code` as `user` with `M` the mount point and `check(label, fn)` recording
 /// what `fn` returned ("ok" for nothing) or the errno name it failed with.
-private func probe(as user: String, root: String, _ code: String) throws -> [String: String] {
+func probe(as user: String, root: String, _ code: String) throws -> [String: String] {
     let program = """
         import errno, json, os, sys
         M = sys.argv[1]
