@@ -785,4 +785,21 @@ extension CapacityTests {
         #expect(lines == ["ENOSPC 0"], "\(lines)")
         try Self.expectTrueCount(container, "after the copy")
     }
+
+    /// `containerfs capacity STORE` on a mounted store counts afresh and the daemon takes
+    /// that count: the two agree (it printed a walk while the daemon kept a false count).
+    @Test func capacityCommandAndTheDaemonAgree() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try Data(repeating: 7, count: 1 << 20).write(to: URL(fileURLWithPath: container.stored("Documents/unrecorded")))
+        // A record that is false but possible: the daemon believes it.
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: container.stored(".containerfs/used")))
+        try container.mount()
+        let shown = try containerfs(["capacity", container.store])
+        #expect(shown.status == 0, "\(shown)")
+        let walked = try Self.storeBytes(container.store)
+        #expect(shown.stdout.contains("used \(walked) bytes"), "\(shown) against \(walked)")
+        #expect(Self.daemonUsed(container) == walked, "the daemon counts \(Self.daemonUsed(container)), the store holds \(walked)")
+    }
 }
