@@ -802,4 +802,21 @@ extension CapacityTests {
         #expect(shown.stdout.contains("used \(walked) bytes"), "\(shown) against \(walked)")
         #expect(Self.daemonUsed(container) == walked, "the daemon counts \(Self.daemonUsed(container)), the store holds \(walked)")
     }
+
+    /// `mount --low-storage` purges every file of `Library/Caches`, however it got there,
+    /// not only those the daemon tagged (it stopped with five untagged 1 MiB files left).
+    @Test func lowStoragePurgesCachesTheDaemonNeverSaw() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        try Self.ddFile(container.mounted("Library/Caches/tagged"), mebibytes: 1)
+        container.unmount()
+        try FileManager.default.createDirectory(atPath: container.stored("Library/Caches/untagged"), withIntermediateDirectories: true)
+        for index in 0..<5 { try Self.ddFile(container.stored("Library/Caches/untagged/\(index)"), mebibytes: 1) }
+        let mounted = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "4M"])
+        try #require(mounted.status == 0, "\(mounted)")
+        #expect(Self.freeBytes(container.mountpoint) >= 4 << 20, "\(mounted)")
+        #expect(mounted.stdout.contains("Library/Caches/untagged/"), "\(mounted)")
+    }
 }
