@@ -456,9 +456,9 @@ extension FileSystem {
 
     /// Before the store descriptor `fd` of the file `ino` is closed, after the changes to
     /// it still under way. Its last close counts what the store's file system changed
-    /// meanwhile, and frees it when it has no name. A file with holes is written back
-    /// first: ext4 allocates its extent blocks then, which would otherwise come later,
-    /// unseen.
+    /// meanwhile, and frees it when it has no name. A file whose blocks are not just its
+    /// data's (holes, blocks allocated past its end) is written back first: ext4 allocates
+    /// its extent blocks then, which would otherwise come later, unseen.
     @inline(__always)
     func countClosed(_ ino: fuse_ino_t, _ fd: Int32) {
         guard space.isActive, let node = try? inodes.inode(ino) else { return }
@@ -466,7 +466,9 @@ extension FileSystem {
             let (last, unlinked) = space.closed(node.key)
             var info = stat()
             guard last, fstat(fd, &info) == 0 else { return }
-            if !unlinked, Capacity.blockBytes(info) < Int64(info.st_size), fdatasync(fd) == 0 { fstat(fd, &info) }
+            let block = max(512, Int64(info.st_blksize))
+            let plain = Capacity.blockBytes(info) == Int64(info.st_size).addingSaturated(block - 1) / block * block
+            if !unlinked, !plain, fdatasync(fd) == 0 { fstat(fd, &info) }
             space.catchUp(&counted, node.key, Capacity.blockBytes(info))
             counted[node.key] = nil
             if unlinked { space.settle(reserved: Capacity.blockBytes(info), actual: 0) }
