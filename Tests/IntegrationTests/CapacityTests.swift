@@ -819,4 +819,19 @@ extension CapacityTests {
         #expect(Self.freeBytes(container.mountpoint) >= 4 << 20, "\(mounted)")
         #expect(mounted.stdout.contains("Library/Caches/untagged/"), "\(mounted)")
     }
+
+    /// The soak that decides the count (issue #26): random workloads of several processes
+    /// at once through a mount with a capacity, checked after each round and after a
+    /// remount against an independent walk (scripts/capacity-soak.py). Three fixed seeds
+    /// here; `make soak` runs more, longer.
+    @Test(arguments: [1, 2, 3]) func soakKeepsTheCountTrue(seed: Int) throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/capacity-soak.py").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["CONTAINERFS"] = containerfsBinary
+        let result = try runProgram(["/usr/bin/python3", script, "\(seed)", "--rounds", "4", "--workers", "3", "--ops", "60"],
+                                    environment: environment)
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.contains("largest divergence 0 bytes"), "\(result)")
+    }
 }
