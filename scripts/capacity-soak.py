@@ -10,7 +10,8 @@ truncate up and down, fallocate and hole punching, O_TMPFILE closed or linked, h
 plain renames, RENAME_EXCHANGE, a rename over an open file, unlink while open, xattrs,
 sqlite3 and git). After each round, and after an unmount and a mount:
 
-- the daemon's count (capacity - free, from statfs through the mount) equals the walk: the
+- the daemon's count (from its control socket; statfs shows no count past the capacity)
+  equals the walk: the
   blocks (st_blocks * 512) of every distinct inode of the store but the state folder;
 - the store never holds more than the capacity + 1 MiB;
 - every ENOSPC came when the walk said the container was near full (within 3 MiB per
@@ -23,7 +24,7 @@ failure prints the seed: run the script again with it to replay. With SOAK_TRACE
 root (it mounts); CONTAINERFS names the binary (default: .build/debug/containerfs).
 """
 import argparse, ctypes, errno, hashlib, mmap, multiprocessing, os, random, shutil, sqlite3
-import subprocess, sys, tempfile, time
+import socket, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("CONTAINERFS", os.path.join(ROOT, ".build/debug/containerfs"))
@@ -76,7 +77,20 @@ def walk(store):
     return total
 
 
-def daemon_used(mountpoint):
+def daemon_used(mountpoint, store):
+    """The daemon's count, as its control socket answers an empty batch (`ok SERVED USED`):
+    statfs cannot show a count past the capacity (free is then 0), which the store may
+    reach by up to a request."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as control:
+            control.settimeout(10)
+            control.connect(os.path.join(store, ".containerfs", "control.sock"))
+            control.send(b"")  # the end of the batch
+            words = control.recv(64).decode().split()
+        if len(words) == 3 and words[0] == "ok":
+            return int(words[2])
+    except (OSError, ValueError):
+        pass
     device = os.statvfs(mountpoint)
     return (device.f_blocks - device.f_bavail) * device.f_frsize
 
@@ -341,7 +355,7 @@ class Worker:
             self.done += 1
             if self.trace:
                 time.sleep(0.05)
-                counted, walked = daemon_used(self.mountpoint), walk(self.store)
+                counted, walked = daemon_used(self.mountpoint, self.store), walk(self.store)
                 print("trace: %s: counted %d, walk %d (%+d)" % (operation.__name__, counted, walked, counted - walked), flush=True)
         return self.done, self.enospc, self.far
 
@@ -398,7 +412,7 @@ def main():
         # The kernel sends RELEASE after close returns: give the last ones a moment.
         deadline = time.time() + 3
         while True:
-            counted, walked = daemon_used(mountpoint), walk(store)
+            counted, walked = daemon_used(mountpoint, store), walk(store)
             if counted == walked or time.time() > deadline:
                 break
             time.sleep(0.1)
