@@ -14,7 +14,7 @@ DEB = containerfs_$(VERSION)_$(ARCH).deb
 STATIC_BUILD = .build-static
 DEB_BUILD_FLAGS = -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) -Xlinker -z -Xlinker now $(BUILD_FLAGS)
 
-.PHONY: deps build release test demo bench install deb clean
+.PHONY: deps build release test demo bench soak install deb clean
 
 deps:
 	@scripts/install-deps.sh
@@ -38,6 +38,15 @@ demo: release
 bench: release
 	scripts/install-deps.sh --bench
 	bench/run.sh $(RELEASE_BIN)
+
+# The capacity soak (docs/capacity.md), longer than the three seeds the tests run: random
+# workloads through a mount with a capacity, the daemon's count checked against a walk.
+# A failure prints its seed: replay it with scripts/capacity-soak.py SEED (same options).
+SOAK_SEEDS ?= $(shell seq 101 140)
+soak: build
+	@for seed in $(SOAK_SEEDS); do \
+		CONTAINERFS=$(BIN) python3 scripts/capacity-soak.py $$seed --rounds 12 --workers 4 --ops 100 || exit 1; \
+	done
 
 # The helper goes where mount(8) looks for mount.TYPE: /sbin (on a merged-/usr system, /usr/sbin).
 # mount.fuse.containerfs serves the FUSE convention's type name, fuse.containerfs.

@@ -220,7 +220,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         let fs = fileSystem(request)
         let write = {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
-            respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(handle(info), buffer, size, offset)) }
+            respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(ino, handle(info), buffer, size, offset)) }
         }
         guard DataProtection.isGuarded(info) else { return write() }
         if !fs.protection.whileAvailable(write) { fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "write")) }
@@ -238,8 +238,8 @@ func makeOperations() -> fuse_lowlevel_ops {
         fileSystem(request).closed(ino)
         fuse_reply_err(request, 0)
     }
-    ops.fsync = { request, _, dataOnly, info in
-        let result = dataOnly != 0 ? fdatasync(handle(info)) : fsync(handle(info))
+    ops.fsync = { request, ino, dataOnly, info in
+        let result = fileSystem(request).sync(ino, handle(info), dataOnly: dataOnly != 0)
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.opendir = { request, ino, info in

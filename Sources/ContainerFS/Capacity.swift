@@ -11,8 +11,13 @@ import Synchronization
 /// `containerfs capacity` gives a container one); from then on every change the daemon
 /// makes adds the blocks it allocated or freed (`st_blocks` before and after). A growth
 /// is reserved before it is made, so that concurrent writes cannot together pass the
-/// capacity by more than one request. Without a capacity nothing is counted and no
-/// request pays for it.
+/// capacity by more than one request. The changes to one file take turns (`fileLocks`),
+/// so that each sees only its own blocks between its two `fstat`s: page writes of a
+/// mapping and concurrent writers arrive as concurrent requests. Without a capacity
+/// nothing is counted and no request pays for it.
+///
+/// Every value from the store (a recorded count, a capacity) is bounded or saturated: a
+/// planted one can make the count wrong, never stop the daemon.
 ///
 /// The kernel writes passed-through files without asking the daemon, so a container with
 /// a capacity opens no file with passthrough: its reads and writes come to the daemon.
@@ -21,9 +26,20 @@ final class SpaceAccount: Sendable {
     private let limitBytes = Atomic<Int64>(-1)
     /// The bytes in use, with the growths reserved and not yet settled.
     private let usedBytes = Atomic<Int64>(0)
-    /// Files open through the mount, and those of them unlinked while open: their space
-    /// is freed when the last program closes them, as natively.
+    /// Files open through the mount, and those of them unlinked while open or never named
+    /// (`O_TMPFILE`): their space is freed when the last program closes them, as natively.
     private let held = Mutex<HeldFiles>(HeldFiles())
+    /// Striped by node: the changes to one file's size take turns (see above). Taken
+    /// before `held` and `folders`, never while holding them.
+    private let fileLocks = (0..<256).map { _ in FileLock() }
+
+    /// One stripe: its lock holds the blocks counted of each open file of the stripe. The
+    /// store's file system may change them between two requests (ext4 allocates extent
+    /// blocks when it writes back a file with holes, at an fsync or later): the next
+    /// change to the file, its fsync or its last close counts the difference.
+    final class FileLock: Sendable {
+        let counted = Mutex<[InodeKey: Int64]>([:])
+    }
 
     struct HeldFiles {
         var opens: [InodeKey: Int] = [:]
@@ -56,12 +72,16 @@ final class SpaceAccount: Sendable {
     }
 
     /// Reads the store's capacity again; counts the store when it did not have one: from
-    /// the summary a clean unmount left, if any (at mount), or by a walk.
+    /// the summary a clean unmount left, if any (at mount) and if it is possible (no more
+    /// than the store's file system holds), or by a walk.
     func reload(_ store: Store) {
         let capacity = Capacity.read(store)
         if let capacity, !isActive {
-            let used = Capacity.readSummary(stateFD: store.stateFD) ?? Capacity.usedBytes(rootFD: store.rootFD)
-            usedBytes.store(used, ordering: .relaxed)
+            var device = statvfs()
+            let size = fstatvfs(store.rootFD, &device) == 0
+                ? Int64(clamping: device.f_blocks).multipliedSaturated(by: Int64(clamping: device.f_frsize)) : -1
+            let recorded = Capacity.readSummary(stateFD: store.stateFD).flatMap { $0 <= size ? $0 : nil }
+            usedBytes.store(recorded ?? Capacity.usedBytes(rootFD: store.rootFD), ordering: .relaxed)
         }
         limitBytes.store(capacity ?? -1, ordering: .relaxed)
     }
@@ -76,12 +96,34 @@ final class SpaceAccount: Sendable {
     /// `freedSince`: bytes the daemon deleted itself after the last request (tmp/).
     func unmounted(_ store: Store, freedSince: Int64) {
         guard isActive else { return }
-        Capacity.writeSummary(stateFD: store.stateFD, max(0, used.addingSaturating(-freedSince)))
+        Capacity.writeSummary(stateFD: store.stateFD, max(0, used.addingSaturated(-freedSince)))
     }
 
-    /// Counts the store again, after containerfs commands changed it behind the mount.
-    func recount(_ store: Store) {
-        usedBytes.store(Capacity.usedBytes(rootFD: store.rootFD), ordering: .relaxed)
+    /// Counts the store again, after containerfs commands changed it behind the mount:
+    /// the walk, and `held` bytes of files unlinked but still open, which it cannot see.
+    func recount(_ store: Store, held: Int64) {
+        usedBytes.store(Capacity.usedBytes(rootFD: store.rootFD).addingSaturated(held), ordering: .relaxed)
+    }
+
+    /// The files unlinked or never named that programs still hold open.
+    var heldUnlinked: [InodeKey] { held.withLock { Array($0.unlinked) } }
+
+    /// Runs `body`, a change to the size of the file `ino`, after the other changes to it.
+    /// `body` gets the blocks counted of the open files of its stripe (see `FileLock`).
+    @inline(__always)
+    func serialized<R, E: Error>(_ ino: fuse_ino_t, _ body: (inout [InodeKey: Int64]) throws(E) -> R) throws(E) -> R {
+        // Node ids may be addresses: mixed, so that aligned ones spread over the stripes.
+        let stripe = Int(truncatingIfNeeded: (ino &* 0x9E37_79B9_7F4A_7C15) >> 56) % fileLocks.count
+        return try fileLocks[stripe].counted.withLock { (counted) throws(E) -> R in try body(&counted) }
+    }
+
+    /// The open file `key` has `bytes` in blocks now: counts what the store's file system
+    /// changed since the daemon last counted it.
+    @inline(__always)
+    func catchUp(_ counted: inout [InodeKey: Int64], _ key: InodeKey, _ bytes: Int64) {
+        guard let known = counted[key], known != bytes else { return }
+        counted[key] = bytes
+        settle(reserved: 0, actual: bytes.subtractingSaturated(known))
     }
 
     /// Reserves up to `wanted` bytes of the free space; returns how many it got.
@@ -89,10 +131,10 @@ final class SpaceAccount: Sendable {
         guard wanted > 0 else { return 0 }
         var current = usedBytes.load(ordering: .relaxed)
         while true {
-            let granted = min(wanted, max(0, limitBytes.load(ordering: .relaxed) - current))
+            let granted = min(wanted, max(0, limitBytes.load(ordering: .relaxed).subtractingSaturated(current)))
             guard granted > 0 else { return 0 }
             let (exchanged, original) = usedBytes.compareExchange(
-                expected: current, desired: current.addingSaturating(granted), ordering: .relaxed)
+                expected: current, desired: current.addingSaturated(granted), ordering: .relaxed)
             if exchanged { return granted }
             current = original
         }
@@ -101,8 +143,29 @@ final class SpaceAccount: Sendable {
     /// Replaces a reservation by what the change really took (negative: freed).
     @inline(__always)
     func settle(reserved: Int64, actual: Int64) {
-        let change = actual.addingSaturating(-reserved)
-        if change != 0 { usedBytes.add(change, ordering: .relaxed) }
+        let change = actual.subtractingSaturated(reserved)
+        guard change != 0 else { return }
+        // Saturated, and never below nothing: a count made wrong (a false record, a change
+        // behind the mount) must not overflow the arithmetic of the next reservation.
+        var current = usedBytes.load(ordering: .relaxed)
+        while true {
+            let (exchanged, original) = usedBytes.compareExchange(
+                expected: current, desired: max(0, current.addingSaturated(change)), ordering: .relaxed)
+            if exchanged { return }
+            current = original
+        }
+    }
+
+    /// Records that the file `key` has no name (`O_TMPFILE`): freed at its last close,
+    /// unless it is linked first.
+    func unnamed(_ key: InodeKey) {
+        held.withLock { _ = $0.unlinked.insert(key) }
+    }
+
+    /// Records that the file `key` got a name (`linkat` of an `O_TMPFILE` file, or of one
+    /// unlinked while open): it stays when closed.
+    func linked(_ key: InodeKey) {
+        held.withLock { _ = $0.unlinked.remove(key) }
     }
 
     /// Records that a program opened the file `key`.
@@ -110,20 +173,18 @@ final class SpaceAccount: Sendable {
         held.withLock { $0.opens[key, default: 0] += 1 }
     }
 
-    /// Records that a program closed the file `key`, whose store descriptor is `fd`: when it
-    /// was its last open and the file was unlinked meanwhile, its space is free now.
-    func closed(_ key: InodeKey, _ fd: Int32) {
-        let freed = held.withLock { files -> Bool in
-            guard let count = files.opens[key] else { return false }
+    /// Records that a program closed the file `key`; returns whether that was its last
+    /// open, and whether it was unlinked or never named (then its space is free now).
+    func closed(_ key: InodeKey) -> (last: Bool, unlinked: Bool) {
+        held.withLock { files in
+            guard let count = files.opens[key] else { return (false, false) }
             if count > 1 {
                 files.opens[key] = count - 1
-                return false
+                return (false, false)
             }
             files.opens[key] = nil
-            return files.unlinked.remove(key) != nil
+            return (true, files.unlinked.remove(key) != nil)
         }
-        var info = stat()
-        if freed, fstat(fd, &info) == 0 { settle(reserved: Capacity.blockBytes(info), actual: 0) }
     }
 
     /// Whether the folder `key`'s blocks were seen since counting began.
@@ -133,13 +194,15 @@ final class SpaceAccount: Sendable {
 
     /// The folder `key` has `bytes` in blocks now: counts what it gained since last seen
     /// (nothing the first time, which must come before any change the daemon makes).
-    func folderSeen(_ key: InodeKey, _ bytes: Int64) {
+    func folderSeen(_ key: InodeKey, _ bytes: Int64, reserved: Int64) {
+        // A folder never shrinks: a measure older than the last one counted (two creations
+        // at once, measured in the other order) adds nothing.
         let growth = folders.withLock { table -> Int64 in
             let before = table[key] ?? bytes
-            table[key] = bytes
-            return bytes - before
+            table[key] = max(before, bytes)
+            return max(0, bytes.subtractingSaturated(before))
         }
-        settle(reserved: 0, actual: growth)
+        settle(reserved: reserved, actual: growth)
     }
 
     /// Records that `info`'s node lost a name; its space is free when that was its last
@@ -159,43 +222,119 @@ final class SpaceAccount: Sendable {
 }
 
 extension FileSystem {
-    /// Runs `body`, a change that may grow the file open at `fd` (any descriptor,
+    /// Runs `body`, which removes the name `name` of `directory` (unlink, or a rename over
+    /// it), counting what that frees. `node` is what the table knows at that name: a file
+    /// is measured after the removal, through its own descriptor, while the changes to
+    /// it take turns: its link count then says whether that was its last name, even when
+    /// other names of it go at the same time, and its blocks are those it has, not those
+    /// it had before a write that came in between.
+    func countingRemoval(_ directory: Inode, _ name: UnsafePointer<CChar>, _ node: Inode?, _ body: () throws(Errno) -> Void) throws(Errno) {
+        guard space.isActive else { return try body() }
+        let before = nodeBeforeRemoval(directory, name)
+        guard let node, let before, before.st_mode & S_IFMT != S_IFDIR, InodeKey(before) == node.key else {
+            try body()
+            return countRemoved(before)
+        }
+        try space.serialized(inodes.ino(node)) { (counted) throws(Errno) in
+            try body()
+            var after = stat()
+            let found = try? inodes.withDescriptor(node) { fd in fstatat(fd, "", &after, clinux_AT_EMPTY_PATH) }
+            guard found == 0 else { return countRemoved(before) }
+            guard after.st_nlink == 0 else { return }
+            space.catchUp(&counted, node.key, Capacity.blockBytes(after))
+            space.removed(after)
+        }
+    }
+}
+
+extension FileSystem {
+    /// Runs `body`, a change that may grow the file `ino` open at `fd` (any descriptor,
     /// `O_PATH` too) by `growth(stat before)` bytes, within the capacity. `body` gets how
     /// many of those bytes fit (all of them, or with `partial` fewer: a short write) and
     /// how many were wanted; nothing fits: `ENOSPC`. Afterwards the blocks the change
-    /// really took are counted.
+    /// really took are counted. The changes to one file take turns: between the two
+    /// `fstat`s the file's blocks change by this change alone.
     @inline(__always)
-    func withinCapacity<R>(_ fd: Int32, partial: Bool, growth: (stat) -> Int64,
+    func withinCapacity<R>(_ ino: fuse_ino_t, _ fd: Int32, partial: Bool, growth: (stat) -> Int64,
                            _ body: (_ fitting: Int64, _ wanted: Int64) throws(Errno) -> R) throws(Errno) -> R {
         guard space.isActive else { return try body(0, 0) }
-        var before = stat()
-        try sys { fstat(fd, &before) }
-        let wanted = max(0, growth(before))
-        let granted = space.reserve(wanted)
-        if granted < wanted, granted == 0 || !partial {
-            space.settle(reserved: granted, actual: 0)
-            throw Errno(ENOSPC)
+        return try space.serialized(ino) { (counted) throws(Errno) -> R in
+            var before = stat()
+            try sys { fstat(fd, &before) }
+            let key = InodeKey(before)
+            space.catchUp(&counted, key, Capacity.blockBytes(before))
+            let wanted = max(0, growth(before))
+            let granted = space.reserve(wanted)
+            if granted < wanted, granted == 0 || !partial {
+                space.settle(reserved: granted, actual: 0)
+                throw Errno(ENOSPC)
+            }
+            defer {
+                var after = stat()
+                let found = fstat(fd, &after) == 0
+                let actual = found ? Capacity.blockBytes(after).subtractingSaturated(Capacity.blockBytes(before)) : granted
+                space.settle(reserved: granted, actual: actual)
+                if found, counted[key] != nil { counted[key] = Capacity.blockBytes(after) }
+            }
+            return try body(granted, wanted)
         }
-        defer {
-            var after = stat()
-            let actual = fstat(fd, &after) == 0 ? Capacity.blockBytes(after).addingSaturating(-Capacity.blockBytes(before)) : granted
-            space.settle(reserved: granted, actual: actual)
+    }
+
+    /// Runs `body`, which opens the file `node` (`ino`) with `O_TRUNC`, counting what the
+    /// truncation frees.
+    @inline(__always)
+    func countingTruncation<R>(_ ino: fuse_ino_t, _ node: Inode, _ body: () throws(Errno) -> R) throws(Errno) -> R {
+        guard space.isActive else { return try body() }
+        return try space.serialized(ino) { (counted) throws(Errno) -> R in
+            let before = blockBytes(of: node)
+            if let before { space.catchUp(&counted, node.key, before) }
+            let result = try body()
+            if let before, let after = blockBytes(of: node) {
+                space.settle(reserved: 0, actual: after.subtractingSaturated(before))
+                if counted[node.key] != nil { counted[node.key] = after }
+            }
+            return result
         }
-        return try body(granted, wanted)
+    }
+
+    /// `fsync` of the file `ino` open at `fd`: the store's file system may allocate blocks
+    /// as it writes the file back (extent blocks of a file with holes), counted here.
+    func sync(_ ino: fuse_ino_t, _ fd: Int32, dataOnly: Bool) -> Int32 {
+        let synced = { dataOnly ? fdatasync(fd) : fsync(fd) }
+        guard space.isActive, let node = try? inodes.inode(ino) else { return synced() }
+        return space.serialized(ino) { counted in
+            let result = synced()
+            let error = errno
+            var info = stat()
+            if fstat(fd, &info) == 0 { space.catchUp(&counted, node.key, Capacity.blockBytes(info)) }
+            errno = error
+            return result
+        }
+    }
+
+    /// Counts the store again (a change behind the mount, or `containerfs capacity`),
+    /// keeping the files unlinked but still open, which a walk cannot see.
+    func recount() {
+        guard space.isActive else { return }
+        let held = space.heldUnlinked.reduce(Int64(0)) { total, key in
+            guard let node = inodes.node(key), let bytes = blockBytes(of: node) else { return total }
+            return total.addingSaturated(bytes)
+        }
+        space.recount(store, held: held)
     }
 
     /// The bytes a write of `count` bytes at `offset` may add: the part of it beyond the
     /// blocks the file has (an overwrite of allocated data takes nothing more).
     @inline(__always)
     static func growth(writing count: Int, at offset: off_t, _ info: stat) -> Int64 {
-        let end = Int64(offset).addingSaturating(Int64(count))
+        let end = Int64(offset).addingSaturated(Int64(count))
         let size = Int64(info.st_size)
         // A file with holes may need blocks anywhere: the whole write is reserved.
         if Capacity.blockBytes(info) < size { return Int64(count) }
         // Without holes, the blocks up to the end of the last one the data fills are there;
         // blocks the store's file system keeps past the end (ext4 may) are not counted on.
         let block = max(512, Int64(info.st_blksize))
-        let filled = size.addingSaturating(block - 1) / block * block
+        let filled = size.addingSaturated(block - 1) / block * block
         return max(0, end - max(Int64(offset), filled))
     }
 
@@ -216,8 +355,8 @@ extension FileSystem {
     /// A write from the kernel to the store descriptor `fd`: within the capacity, what
     /// fits is written and its count returned (a short write); nothing fits: `ENOSPC`.
     @inline(__always)
-    func write(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
-        try withinCapacity(fd, partial: true, growth: { Self.growth(writing: size, at: offset, $0) }) { (fitting, wanted) throws(Errno) in
+    func write(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
+        try withinCapacity(ino, fd, partial: true, growth: { Self.growth(writing: size, at: offset, $0) }) { (fitting, wanted) throws(Errno) in
             // The growth that does not fit is cut from the end of the write.
             let cut = Int(clamping: max(0, wanted - fitting))
             return try sys { pwrite(fd, buffer, size - cut, offset) }
@@ -233,15 +372,30 @@ extension FileSystem {
     }
 
     /// Runs `body`, which adds a name to `directory`, counting the blocks the folder grows
-    /// by: without it, empty files with long names pass the capacity unseen.
+    /// by: without it, empty files with long names pass the capacity unseen. With
+    /// `reserving`, a block is reserved first and nothing free means `ENOSPC`, as a full
+    /// disk refuses a name its folder has no room for (renames too, or hard links moved
+    /// from folder to folder would grow the store without bound).
     @inline(__always)
-    func countingFolderGrowth<Result>(_ directory: Inode, _ body: () throws(Errno) -> Result) throws(Errno) -> Result {
+    func countingFolderGrowth<Result>(_ directory: Inode, reserving: Bool = true, _ body: () throws(Errno) -> Result) throws(Errno) -> Result {
         guard space.isActive else { return try body() }
-        if !space.knowsFolder(directory.key), let bytes = blockBytes(of: directory) { space.folderSeen(directory.key, bytes) }
-        let result = try body()
-        if let bytes = blockBytes(of: directory) { space.folderSeen(directory.key, bytes) }
+        if !space.knowsFolder(directory.key), let bytes = blockBytes(of: directory) { space.folderSeen(directory.key, bytes, reserved: 0) }
+        let granted = reserving ? space.reserve(Self.folderBlock) : 0
+        if reserving, granted == 0 { throw Errno(ENOSPC) }
+        let result: Result
+        do {
+            result = try body()
+        } catch {
+            space.settle(reserved: granted, actual: 0)
+            throw error
+        }
+        if let bytes = blockBytes(of: directory) { space.folderSeen(directory.key, bytes, reserved: granted) }
+        else { space.settle(reserved: granted, actual: 0) }
         return result
     }
+
+    /// What a folder grows by at most when a name is added: one block (ext4's 4 KiB).
+    static let folderBlock: Int64 = 4096
 
     /// Runs `body`, which sets or removes an extended attribute of `node`, within the
     /// capacity: refused when it is reached, and the blocks the attributes take counted
@@ -250,9 +404,15 @@ extension FileSystem {
     func countingAttributeBlocks(_ node: Inode, adding: Bool, _ body: () throws(Errno) -> Void) throws(Errno) {
         guard space.isActive else { return try body() }
         if adding, space.free == 0 { throw Errno(ENOSPC) }
-        let before = blockBytes(of: node)
-        try body()
-        if let before, let after = blockBytes(of: node) { space.settle(reserved: 0, actual: after - before) }
+        try space.serialized(inodes.ino(node)) { (counted) throws(Errno) in
+            let before = blockBytes(of: node)
+            if let before { space.catchUp(&counted, node.key, before) }
+            try body()
+            if let before, let after = blockBytes(of: node) {
+                space.settle(reserved: 0, actual: after.subtractingSaturated(before))
+                if counted[node.key] != nil { counted[node.key] = after }
+            }
+        }
     }
 
     private func blockBytes(of node: Inode) -> Int64? {
@@ -288,14 +448,31 @@ extension FileSystem {
     @inline(__always)
     func countOpened(_ ino: fuse_ino_t) {
         guard space.isActive, let node = try? inodes.inode(ino) else { return }
-        space.opened(node.key)
+        space.serialized(ino) { counted in
+            space.opened(node.key)
+            if counted[node.key] == nil, let bytes = blockBytes(of: node) { counted[node.key] = bytes }
+        }
     }
 
-    /// Before the store descriptor `fd` of the file `ino` is closed.
+    /// Before the store descriptor `fd` of the file `ino` is closed, after the changes to
+    /// it still under way. Its last close counts what the store's file system changed
+    /// meanwhile, and frees it when it has no name. A file whose blocks are not just its
+    /// data's (holes, blocks allocated past its end) is written back first: ext4 allocates
+    /// its extent blocks then, which would otherwise come later, unseen.
     @inline(__always)
     func countClosed(_ ino: fuse_ino_t, _ fd: Int32) {
         guard space.isActive, let node = try? inodes.inode(ino) else { return }
-        space.closed(node.key, fd)
+        space.serialized(ino) { counted in
+            let (last, unlinked) = space.closed(node.key)
+            var info = stat()
+            guard last, fstat(fd, &info) == 0 else { return }
+            let block = max(512, Int64(info.st_blksize))
+            let plain = Capacity.blockBytes(info) == Int64(info.st_size).addingSaturated(block - 1) / block * block
+            if !unlinked, !plain, fdatasync(fd) == 0 { fstat(fd, &info) }
+            space.catchUp(&counted, node.key, Capacity.blockBytes(info))
+            counted[node.key] = nil
+            if unlinked { space.settle(reserved: Capacity.blockBytes(info), actual: 0) }
+        }
     }
 
     /// The store's statistics as the simulated device shows them: the capacity as the

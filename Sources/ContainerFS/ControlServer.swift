@@ -90,6 +90,10 @@ final class ControlServer: @unchecked Sendable {
                 acting.withLock { _ in fileSystem.space.reload(store) }
                 continue
             }
+            if buffer[0..<count].elementsEqual(ControlChannel.recountCommand) {
+                changedBehind = true
+                continue
+            }
             if let command = DeviceControl.command(in: buffer[0..<count]) {
                 // lock, unlock, status (SPEC §11): answered with the state, nothing else follows.
                 let state = acting.withLock { _ in
@@ -104,10 +108,12 @@ final class ControlServer: @unchecked Sendable {
             changedBehind = true
         }
         // A delivery or a purge changed the store behind the mount: count it again.
-        if changedBehind, fileSystem.space.isActive { acting.withLock { _ in fileSystem.space.recount(store) } }
+        if changedBehind { acting.withLock { _ in fileSystem.recount() } }
         // `ok`, then how many requests came through io_uring so far (`ok 0` without rings):
-        // the test suite's io_uring pass checks from it that the rings served its mounts.
-        let reply = Array("ok \(cfuse_uring_requests())".utf8)
+        // the test suite's io_uring pass checks from it that the rings served its mounts;
+        // then, with a capacity, the bytes the daemon counts as used.
+        let used = fileSystem.space.isActive ? " \(fileSystem.space.used)" : ""
+        let reply = Array("ok \(cfuse_uring_requests())\(used)".utf8)
         _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 }

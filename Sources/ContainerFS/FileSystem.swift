@@ -153,7 +153,7 @@ final class FileSystem: @unchecked Sendable {
             }
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
                 guard node.type == S_IFREG else { throw Errno(EINVAL) }
-                _ = try withinCapacity(fh ?? fd, partial: false, growth: { Self.growth(truncatingTo: attr.st_size, $0, free: space.free) }) { (_, _) throws(Errno) in
+                _ = try withinCapacity(ino, fh ?? fd, partial: false, growth: { Self.growth(truncatingTo: attr.st_size, $0, free: space.free) }) { (_, _) throws(Errno) in
                     if let fh { try sys { ftruncate(fh, attr.st_size) } }
                     else { try sys { clinux_node_truncate(fd, attr.st_size) } }
                 }
@@ -304,23 +304,21 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(directory) { directoryFD throws(Errno) in try sys { clinux_node_link(fd, directoryFD, name) } }
             }
         }
+        // An O_TMPFILE file (or one unlinked while open) named again stays when closed.
+        if space.isActive { space.linked(node.key) }
         return try entry(directory, name, childName, location)
     }
 
     func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
-        let removed = nodeBeforeRemoval(directory, name)
         try remove(directory, name, childName, 0)
-        countRemoved(removed)
     }
 
     func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
-        let removed = nodeBeforeRemoval(directory, name)
         try remove(directory, name, childName, AT_REMOVEDIR)
-        countRemoved(removed)
     }
 
     func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
@@ -333,14 +331,20 @@ final class FileSystem: @unchecked Sendable {
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
         let replaced = exchange ? nil : removing(to, newName, toName)
-        let replacedBlocks = exchange ? nil : nodeBeforeRemoval(to, newName)
-        try countingFolderGrowth(to) { () throws(Errno) in
+        // A new name in the target folder may grow it: refused when the container is full.
+        // An exchange reuses both names, but either folder may still change: both counted.
+        func renamed() throws(Errno) {
             try inodes.withDescriptor(from) { fromFD throws(Errno) in
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
+        if exchange {
+            try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
+        } else {
+            let replacing = nodeBeforeRemoval(to, newName) != nil
+            try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
+        }
         if let replaced { inodes.removed(replaced) }
-        countRemoved(replacedBlocks)
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
     }
@@ -349,7 +353,9 @@ final class FileSystem: @unchecked Sendable {
     /// descriptor when no open file needs it, so its blocks are freed as natively.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) {
         let node = removing(directory, name, childName)
-        try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
+        try countingRemoval(directory, name, node) { () throws(Errno) in
+            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
+        }
         if let node { inodes.removed(node) }
     }
 
@@ -377,7 +383,10 @@ final class FileSystem: @unchecked Sendable {
         if Self.isMutation(flags) {
             try check(.changeContent(location), caller, "open", [(path(node), location)])
         }
-        let opened = try Tagging.opened(reopen(node, flags), node, location)
+        // A truncating open frees the file's blocks: counted, as a truncate is.
+        let opened = flags & O_TRUNC != 0 && node.type == S_IFREG
+            ? try countingTruncation(ino, node) { () throws(Errno) in try Tagging.opened(reopen(node, flags), node, location) }
+            : try Tagging.opened(reopen(node, flags), node, location)
         inodes.opened(node)
         return opened
     }
@@ -430,6 +439,8 @@ final class FileSystem: @unchecked Sendable {
             // file closes.
             inodes.unnamed(node)
             inodes.opened(node)
+            // Nameless, its space is freed at its last close unless it is linked first.
+            if space.isActive { space.unnamed(node.key) }
             try handOver(caller, directory, node, &param)
             return (param, fd, flags & clinux_O_DIRECT != 0)
         } catch {
@@ -473,7 +484,7 @@ final class FileSystem: @unchecked Sendable {
         let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         try check(.changeContent(location), caller, "fallocate", [(path(node), location)])
-        try withinCapacity(fh, partial: false, growth: { Self.growth(allocating: mode, offset, length, $0) }) { (_, _) throws(Errno) in
+        try withinCapacity(ino, fh, partial: false, growth: { Self.growth(allocating: mode, offset, length, $0) }) { (_, _) throws(Errno) in
             if clinux_fallocate(fh, mode, offset, length) != 0 { throw Errno.current }
         }
     }
@@ -485,9 +496,13 @@ final class FileSystem: @unchecked Sendable {
         try check(.changeContent(location), caller, "copy_file_range", [(path(node), location)])
         var inOffset = inputOffset
         var outOffset = outputOffset
-        return try withinCapacity(outputFD, partial: true, growth: { Self.growth(writing: length, at: outputOffset, $0) }) { (fitting, wanted) throws(Errno) in
-            let cut = Int(clamping: max(0, wanted - fitting))
-            return try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length - cut, flags) }
+        // What can be copied: the length asked (cp asks for far more than the file holds),
+        // cut at the input's end. Past the capacity, ENOSPC and nothing copied
+        // (docs/capacity.md); a write, not a copy, is what writes the part that fits.
+        var input = stat()
+        let copied = fstat(inputFD, &input) == 0 ? min(Int64(length), max(0, Int64(input.st_size).subtractingSaturated(Int64(inputOffset)))) : Int64(length)
+        return try withinCapacity(output, outputFD, partial: false, growth: { Self.growth(writing: Int(clamping: copied), at: outputOffset, $0) }) { (_, _) throws(Errno) in
+            try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length, flags) }
         }
     }
 

@@ -72,7 +72,10 @@ public enum LowStorage {
             report.freeAfter = freeBytes(store)
         }
         if report.freeAfter < wanted, kinds.contains(.cache) {
-            report.caches = try Purge.purge([store], Purge.Options(kinds: [.cache], free: wanted - report.freeAfter))
+            // Every file in Library/Caches is a candidate, however it got there (SPEC §10).
+            var options = Purge.Options(kinds: [.cache], free: wanted - report.freeAfter)
+            options.walk = true
+            report.caches = try Purge.purge([store], options)
             report.freeAfter = freeBytes(store)
         }
         return report

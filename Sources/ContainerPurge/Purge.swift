@@ -24,6 +24,10 @@ public enum Purge {
         public var includeRunning = false
         /// Say what would be deleted, delete nothing.
         public var dryRun = false
+        /// Walk the purgeable areas even when a store has an index: its last daemon's index
+        /// misses what was written into the store since (a purge for low storage must
+        /// reach the free space asked for).
+        public var walk = false
 
         public init(kinds: [TagKind], free: Int64? = nil, olderThan: Double? = nil, includeRunning: Bool = false, dryRun: Bool = false) {
             self.kinds = kinds
@@ -93,7 +97,7 @@ public enum Purge {
                 continue
             }
             let identity = TagIndex.mountIdentity(store)
-            if holder == nil, let tags = TagIndex.load(store) {
+            if holder == nil, !options.walk, let tags = TagIndex.load(store) {
                 sources.append(Source(store: number, tags: tags, identity: identity, indexed: true, mounted: false))
             } else {
                 report.walked.append(number)

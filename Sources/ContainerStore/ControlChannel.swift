@@ -45,6 +45,17 @@ public enum ControlChannel {
         try exchange(store, [])
     }
 
+    /// The message that makes the daemon count the store again (a walk, and the files
+    /// unlinked but still open, which a walk cannot see).
+    public static let recountCommand: [UInt8] = [0] + Array("recount".utf8)
+
+    /// Makes the daemon serving `store` count the space used afresh; returns its count, or
+    /// nil when no daemon is running or the container has no capacity.
+    public static func recount(_ store: Store) throws(UserError) -> Int64? {
+        guard MountLock.holder(store) != nil else { return nil }
+        return try reply(store, [recountCommand])?.used
+    }
+
     /// Tells the daemon serving `store`, if any, that its capacity changed (SPEC §10): it
     /// takes effect at the next write. Returns false when no daemon is running.
     @discardableResult
@@ -55,6 +66,11 @@ public enum ControlChannel {
     /// Sends `messages` and the end of the batch; returns the count the daemon answers
     /// with, or nil when no daemon is running.
     private static func exchange(_ store: Store, _ messages: [[UInt8]]) throws(UserError) -> UInt64? {
+        try reply(store, messages)?.served
+    }
+
+    /// As `exchange`, with the whole answer: `ok SERVED [USED]`.
+    private static func reply(_ store: Store, _ messages: [[UInt8]]) throws(UserError) -> (served: UInt64, used: Int64?)? {
         guard MountLock.holder(store) != nil else { return nil }
         let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
@@ -72,10 +88,10 @@ public enum ControlChannel {
         }
         var reply = [UInt8](repeating: 0, count: 32)
         let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        guard count > 3, reply.prefix(3).elementsEqual("ok ".utf8),
-              let served = UInt64(String(decoding: reply[3..<count], as: UTF8.self)) else {
+        let words = count > 3 && reply.prefix(3).elementsEqual("ok ".utf8) ? reply[3..<count].split(separator: UInt8(ascii: " ")) : []
+        guard let first = words.first, let served = UInt64(String(decoding: first, as: UTF8.self)) else {
             throw UserError("the daemon of \(store.path) did not confirm the change")
         }
-        return served
+        return (served, words.dropFirst().first.flatMap { Int64(String(decoding: $0, as: UTF8.self)) })
     }
 }

@@ -11,8 +11,8 @@ struct CapacityCommand: ParsableCommand {
             blocks; not the state folder): a write past it fails with ENOSPC as on a full disk, and \
             df inside the container shows it. On a mounted container the change takes effect at the \
             next write. Shrinking below what is used deletes nothing: growth fails until space is \
-            freed. Without SIZE, prints the capacity and the space used, counted afresh: on a store \
-            not mounted the count is recorded, so the next mount need not walk the store (run it \
+            freed. Without SIZE, prints the capacity and the space used, counted afresh (on a mounted \
+            store by its daemon, which keeps that count): on a store not mounted the count is recorded, so the next mount need not walk the store (run it \
             after changing the store's files by hand). deliver, update and create --capacity refuse \
             what would not fit. mount and run --low-storage, purge --until-free free space before \
             a launch. See docs/capacity.md.
@@ -38,8 +38,10 @@ struct CapacityCommand: ParsableCommand {
             }
             let current = Capacity.read(opened)
             // A fresh count; recorded for the next mount, which then need not walk the store
-            // (the way to recount after the store was changed by hand: docs/capacity.md).
-            let used = Capacity.usedBytes(rootFD: opened.rootFD)
+            // (the way to recount after the store was changed by hand: docs/capacity.md). A
+            // mounted store's daemon counts afresh itself, and its count is shown: the two
+            // agree, and the files it holds open unlinked count, as they do for it.
+            let used = try (current != nil ? ControlChannel.recount(opened) : nil) ?? Capacity.usedBytes(rootFD: opened.rootFD)
             if current != nil, MountLock.holder(opened) == nil { Capacity.writeSummary(stateFD: opened.stateFD, used) }
             let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
             FileHandleOutput.standardOutput.write("capacity of \(store): \(shown); used \(used) bytes (\(humanBytes(used)))\n")

@@ -585,3 +585,280 @@ struct CapacityTests {
         #expect(try runProgram(git + ["fsck"]).status == 0)
     }
 }
+
+/// The count is true under any workload (SPEC §10, issue #26): each finding of the
+/// adversarial review, replayed. The oracle is an independent walk of the store
+/// (`storeBytes`); the daemon's count is what `statfs` shows through the mount.
+extension CapacityTests {
+    /// The bytes the daemon counts as used: the capacity less the free space `statfs` shows.
+    static func daemonUsed(_ container: MountedContainer) -> Int {
+        var device = statvfs()
+        guard statvfs(container.mountpoint, &device) == 0 else { return -1 }
+        return (Int(device.f_blocks) - Int(device.f_bavail)) * Int(device.f_frsize)
+    }
+
+    /// Runs a Python script with the mount point and the store as its arguments; returns its
+    /// output lines, throwing when it fails.
+    static func python(_ container: MountedContainer, _ script: String) throws -> [String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["CONTAINERFS"] = containerfsBinary
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, container.store], environment: environment)
+        guard result.status == 0 else { throw TestFailure("the script failed: \(result)") }
+        return result.stdout.split(separator: "\n").map(String.init)
+    }
+
+    /// Expects the daemon's count to be the store's blocks, exactly.
+    static func expectTrueCount(_ container: MountedContainer, _ when: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let walked = try storeBytes(container.store)
+        #expect(daemonUsed(container) == walked, "\(when): the daemon counts \(daemonUsed(container)), the store holds \(walked)", sourceLocation: sourceLocation)
+    }
+
+    /// Pages written through a shared mapping arrive as many concurrent writes to one
+    /// file: each is counted once (two 40 MiB files in 200M met ENOSPC at 83 MB stored,
+    /// and deleting them left 200 MB counted).
+    @Test func mappedWritesCountEachPageOnce() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "200M")
+        try container.mount()
+        let lines = try Self.python(container, """
+            import mmap, os, sys
+            for name in ("a", "b"):
+                fd = os.open(sys.argv[1] + "/Documents/" + name, os.O_RDWR | os.O_CREAT, 0o644)
+                os.ftruncate(fd, 40 << 20)
+                with mmap.mmap(fd, 40 << 20) as m:
+                    for page in range(0, 40 << 20, 4096): m[page:page + 4096] = b"m" * 4096
+                    m.flush()
+                os.close(fd)
+            print("written")
+            """)
+        #expect(lines == ["written"])
+        try Self.expectTrueCount(container, "after the mapped writes")
+        #expect(unlink(container.mounted("Documents/a")) == 0 && unlink(container.mounted("Documents/b")) == 0)
+        try Self.expectTrueCount(container, "after deleting them")
+    }
+
+    /// Rewriting a file with O_TRUNC gives its blocks back: ten 1 MiB rewrites fit in 8M
+    /// (rewrites 8-10 failed and left the file empty; the wrong count survived unmount).
+    @Test func truncatingOpensGiveTheirBlocksBack() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let file = container.mounted("Documents/settings")
+        let rewrites = try runProgram(["sh", "-c", "for i in $(seq 10); do head -c 1M /dev/zero > \(file) || exit 1; done"])
+        #expect(rewrites.status == 0, "\(rewrites)")
+        try Self.expectTrueCount(container, "after ten rewrites")
+        container.unmount()
+        try container.mount()
+        try Self.expectTrueCount(container, "after a remount")
+    }
+
+    /// An O_TMPFILE file closed without a name is freed at its close; one linked stays
+    /// counted as any file.
+    @Test func closedTemporaryFilesAreFreed() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "2M")
+        try container.mount()
+        let lines = try Self.python(container, """
+            import ctypes, errno, os, sys, time
+            M = sys.argv[1]
+            libc = ctypes.CDLL(None, use_errno=True)
+            for _ in range(2):
+                fd = os.open(M + "/Documents", os.O_TMPFILE | os.O_WRONLY, 0o600)
+                os.write(fd, b"t" * (1 << 20))
+                os.close(fd)
+            time.sleep(0.3)  # the kernel sends RELEASE after close returns
+            try:
+                with open(M + "/Documents/y", "wb") as f: f.write(b"y" * 65536)
+                print("ok")
+            except OSError as e:
+                print(errno.errorcode[e.errno])
+            fd = os.open(M + "/Documents", os.O_TMPFILE | os.O_WRONLY, 0o600)
+            os.write(fd, b"l" * 65536)
+            AT_FDCWD, AT_SYMLINK_FOLLOW = -100, 0x400
+            assert libc.linkat(AT_FDCWD, b"/proc/self/fd/%d" % fd, AT_FDCWD, (M + "/Documents/linked").encode(), AT_SYMLINK_FOLLOW) == 0
+            os.close(fd)
+            """)
+        #expect(lines == ["ok"])
+        usleep(300_000)
+        try Self.expectTrueCount(container, "after the temporary files")
+        #expect(unlink(container.mounted("Documents/linked")) == 0)
+        try Self.expectTrueCount(container, "after the linked one went")
+    }
+
+    /// Renames that grow a folder are refused with ENOSPC when the container is full, so
+    /// the store stays within its capacity (hard links with long names moved folder to
+    /// folder took a full 4 MiB container to 47 MB); RENAME_EXCHANGE counts both folders.
+    @Test func renamesAreHeldToTheCapacity() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "4M")
+        try container.mount()
+        let lines = try Self.python(container, """
+            import errno, os, sys
+            M = sys.argv[1] + "/Documents"
+            for round in range(40): os.mkdir(M + "/d%d" % round)
+            with open(M + "/seed", "wb") as f: f.write(b"s")
+            names = ["%03d" % i + "n" * 242 for i in range(600)]
+            for name in names: os.link(M + "/seed", M + "/d0/" + name)
+            try:
+                with open(M + "/fill", "wb") as f:
+                    while True: f.write(b"f" * 65536); f.flush()
+            except OSError as e:
+                print("fill", errno.errorcode[e.errno])
+            refused = 0
+            for round in range(1, 40):
+                for name in names:
+                    try: os.rename(M + "/d%d/%s" % (round - 1, name), M + "/d%d/%s" % (round, name))
+                    except OSError as e:
+                        assert e.errno == errno.ENOSPC, e
+                        refused += 1
+                        break
+                if refused: break
+            print("refused", refused > 0)
+            """)
+        #expect(lines == ["fill ENOSPC", "refused True"], "\(lines)")
+        let stored = try Self.storeBytes(container.store)
+        #expect(stored <= (4 << 20) + Self.request, "the store holds \(stored) bytes")
+        try Self.expectTrueCount(container, "after the renames")
+    }
+
+    /// A planted `.containerfs/used` of Int64.max is not believed (it is more than the
+    /// store's file system holds: the mount walks), and a folder's growth on it never
+    /// overflows the count: the daemon lives on (it died with SIGILL, the mount dead).
+    @Test func aPlantedCountCannotKillTheDaemon() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try Data("9223372036854775807\n".utf8).write(to: URL(fileURLWithPath: container.stored(".containerfs/used")))
+        try container.mount()
+        let lines = try Self.python(container, """
+            import os, sys
+            M = sys.argv[1] + "/Documents"
+            os.mkdir(M + "/a"); os.mkdir(M + "/b")
+            for i in range(100):
+                name = "%03d" % i + "r" * 240
+                open(M + "/a/" + name, "wb").close()
+                os.rename(M + "/a/" + name, M + "/b/" + name)
+            with open(M + "/written", "wb") as f: f.write(b"w" * (1 << 20))
+            print("ok")
+            """)
+        #expect(lines == ["ok"])
+        #expect(!isDeadMount(container.mountpoint), "the daemon died")
+        try Self.expectTrueCount(container, "after the planted count")
+    }
+
+    /// A capacity near Int64.max with a count that went below zero (a file removed that a
+    /// false record never had) never overflows `capacity - used`: the write goes through.
+    @Test func aCapacityNearTheLimitCannotKillTheDaemon() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "9223372036854775807")
+        try Data(repeating: 7, count: 1 << 20).write(to: URL(fileURLWithPath: container.stored("Documents/unrecorded")))
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: container.stored(".containerfs/used")))
+        try container.mount()
+        #expect(unlink(container.mounted("Documents/unrecorded")) == 0)
+        let write = try runProgram(["sh", "-c", "head -c 65536 /dev/zero > \(container.mounted("Documents/after"))"])
+        #expect(write.status == 0, "\(write)")
+        #expect(!isDeadMount(container.mountpoint), "the daemon died")
+    }
+
+    /// copy_file_range past the capacity fails with ENOSPC and copies nothing, as
+    /// docs/capacity.md says (it copied part).
+    @Test func copyFileRangePastTheCapacityFails() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let lines = try Self.python(container, """
+            import errno, os, sys
+            M = sys.argv[1] + "/Documents"
+            with open(M + "/source", "wb") as f: f.write(b"c" * (3 << 20))
+            with open(M + "/ballast", "wb") as f: f.write(b"b" * (3 << 20))
+            source = os.open(M + "/source", os.O_RDONLY)
+            target = os.open(M + "/copy", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                print("copied", os.copy_file_range(source, target, 3 << 20))
+            except OSError as e:
+                print(errno.errorcode[e.errno], os.fstat(target).st_size)
+            """)
+        #expect(lines == ["ENOSPC 0"], "\(lines)")
+        try Self.expectTrueCount(container, "after the copy")
+    }
+
+    /// `containerfs capacity STORE` on a mounted store counts afresh and the daemon takes
+    /// that count: the two agree (it printed a walk while the daemon kept a false count).
+    @Test func capacityCommandAndTheDaemonAgree() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try Data(repeating: 7, count: 1 << 20).write(to: URL(fileURLWithPath: container.stored("Documents/unrecorded")))
+        // A record that is false but possible: the daemon believes it.
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: container.stored(".containerfs/used")))
+        try container.mount()
+        let shown = try containerfs(["capacity", container.store])
+        #expect(shown.status == 0, "\(shown)")
+        let walked = try Self.storeBytes(container.store)
+        #expect(shown.stdout.contains("used \(walked) bytes"), "\(shown) against \(walked)")
+        #expect(Self.daemonUsed(container) == walked, "the daemon counts \(Self.daemonUsed(container)), the store holds \(walked)")
+    }
+
+    /// A recount on a live mount (a delivery behind it, or `capacity STORE`) keeps a file
+    /// unlinked but still open, which a walk cannot see: freed at its close, it must not be
+    /// taken off a count that never had it.
+    @Test func aRecountKeepsFilesHeldOpen() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        let lines = try Self.python(container, """
+            import os, subprocess, sys, time
+            M, store = sys.argv[1], sys.argv[2]
+            held = open(M + "/Documents/held", "wb")
+            held.write(b"h" * (2 << 20)); held.flush()
+            os.unlink(M + "/Documents/held")
+            with open(store + "/../small.bin", "wb") as f: f.write(b"d" * 4096)
+            subprocess.run([os.environ["CONTAINERFS"], "deliver", store, store + "/../small.bin"], check=True, capture_output=True)
+            subprocess.run([os.environ["CONTAINERFS"], "capacity", store], check=True, capture_output=True)
+            held.close()
+            time.sleep(0.3)  # the kernel sends RELEASE after close returns
+            print("ok")
+            """)
+        #expect(lines == ["ok"])
+        try Self.expectTrueCount(container, "after the held file's close")
+    }
+
+    /// `mount --low-storage` purges every file of `Library/Caches`, however it got there,
+    /// not only those the daemon tagged (it stopped with five untagged 1 MiB files left).
+    @Test func lowStoragePurgesCachesTheDaemonNeverSaw() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        try container.mount()
+        try Self.ddFile(container.mounted("Library/Caches/tagged"), mebibytes: 1)
+        container.unmount()
+        try FileManager.default.createDirectory(atPath: container.stored("Library/Caches/untagged"), withIntermediateDirectories: true)
+        for index in 0..<5 { try Self.ddFile(container.stored("Library/Caches/untagged/\(index)"), mebibytes: 1) }
+        let mounted = try containerfs(["mount", container.store, container.mountpoint, "--low-storage", "4M"])
+        try #require(mounted.status == 0, "\(mounted)")
+        #expect(Self.freeBytes(container.mountpoint) >= 4 << 20, "\(mounted)")
+        #expect(mounted.stdout.contains("Library/Caches/untagged/"), "\(mounted)")
+    }
+
+    /// The soak that decides the count (issue #26): random workloads of several processes
+    /// at once through a mount with a capacity, checked after each round and after a
+    /// remount against an independent walk (scripts/capacity-soak.py). Three fixed seeds
+    /// here; `make soak` runs more, longer.
+    @Test(arguments: [1, 2, 3]) func soakKeepsTheCountTrue(seed: Int) throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/capacity-soak.py").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["CONTAINERFS"] = containerfsBinary
+        let result = try runProgram(["/usr/bin/python3", script, "\(seed)", "--rounds", "4", "--workers", "3", "--ops", "60"],
+                                    environment: environment)
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.contains("largest divergence 0 bytes"), "\(result)")
+    }
+}
