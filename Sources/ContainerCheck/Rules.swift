@@ -65,7 +65,7 @@ enum Rules {
             if let folder = cacheLikeFolder(item.path, isFolder: item.isFolder) {
                 // A cache layout is named once, as its top folder with the bytes below it.
                 if !item.isFolder || item.path == folder {
-                    cacheFolders[folder, default: 0] = cacheFolders[folder, default: 0].addingReportingOverflow(item.bytes).partialValue
+                    cacheFolders[folder, default: 0] = cacheFolders[folder, default: 0].addingSaturated(item.bytes)
                 }
                 continue
             }
@@ -113,14 +113,15 @@ enum Rules {
 
     static func documentsContent(_ facts: CheckFacts) -> Verdict {
         var findings: [CheckFinding] = []
-        var reported: [ContainerPath] = []
+        var reported: ContainerPath?
         for item in facts.backupItems {
             let parts = item.path.components
             guard parts.count > 1, parts[0] == documentsComponent, parts[1] != inboxComponents[1] || parts.count == 2 else { continue }
-            // A hidden folder is named once, not with everything in it.
-            if reported.contains(where: { item.path.components.starts(with: $0.components) }) { continue }
+            // A hidden folder is named once, not with everything in it. The set lists a
+            // folder's subtree right after it, so the last folder named is the only one to test.
+            if let reported, parts.count > reported.components.count, parts.starts(with: reported.components) { continue }
             guard let name = parts.last, let kind = nonUserKind(name, isFolder: item.isFolder) else { continue }
-            if item.isFolder { reported.append(item.path) }
+            if item.isFolder { reported = item.path }
             findings.append(CheckFinding(path: item.path.description + (item.isFolder ? "/" : ""), bytes: item.isFolder ? nil : item.bytes, note: kind))
         }
         guard !findings.isEmpty else { return Verdict(state: .kept, summary: "only user content in Documents") }
@@ -149,7 +150,8 @@ enum Rules {
             return Verdict(state: .notApplicable, summary: "only with run --check: tmp/ is purged when the app stops")
         }
         guard !files.isEmpty else { return Verdict(state: .kept, summary: "tmp/ empty when the program exited") }
-        let bytes = files.reduce(Int64(0)) { $0.addingReportingOverflow($1.bytes).partialValue }
+        // Held at Int64.max: sparse files can claim more than that between them.
+        let bytes = files.reduce(Int64(0)) { $0.addingSaturated($1.bytes) }
         return Verdict(state: .broken, summary: "\(files.count) file\(plural(files.count)) (\(byteText(bytes))) left in tmp/ at exit",
                        findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "left in tmp/") })
     }

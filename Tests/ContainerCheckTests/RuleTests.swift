@@ -89,6 +89,16 @@ import Testing
         #expect(result(.inboxHandled, facts, strict).outcome == .failure)
     }
 
+    @Test func sizesPastInt64SaturateInsteadOfTrapping() {
+        var facts = CheckFacts()
+        facts.temporaryFiles = [(path("tmp/a"), .max), (path("tmp/b"), .max)]
+        facts.backupItems = [file("Library/cache/a", .max), file("Library/cache/b", .max)]
+        facts.backupBytes = .max
+        let report = CheckReport(store: "S", facts: facts, settings: CheckSettings())
+        #expect(report.results.first { $0.rule == .tmpCleanup }?.summary.contains("8388608.0 TiB") == true)
+        #expect(report.results.first { $0.rule == .recreatableData }?.findings.first?.bytes == .max)
+    }
+
     @Test func aLaunchFailingAfterAPurgeNamesTheSeed() {
         var facts = CheckFacts()
         facts.launches = [.init(number: 1, status: 0, purgedBefore: nil), .init(number: 2, status: 3, purgedBefore: "all 2 cache files purged")]
