@@ -25,7 +25,7 @@ enum Rules {
         // denials and launches stay in time order.
         let sorted = verdict.inOrder ? verdict.findings : verdict.findings.sorted { ($0.bytes ?? -1, $1.path) > ($1.bytes ?? -1, $0.path) }
         return CheckResult(rule: rule, outcome: outcome, summary: verdict.summary,
-                           findings: Array(sorted.prefix(max(0, settings.listLimit))), findingCount: sorted.count)
+                           findings: Array(sorted.prefix(max(0, settings.listLimit))), findingCount: verdict.count ?? sorted.count)
     }
 
     /// A rule's finding before the settings say whether a violation fails.
@@ -36,6 +36,8 @@ enum Rules {
         var findings: [CheckFinding] = []
         /// The findings are in time order, not about size.
         var inOrder = false
+        /// How many findings there were, when only the largest were kept.
+        var count: Int?
     }
 
     // MARK: 1. Backup budget
@@ -51,9 +53,22 @@ enum Rules {
             if grown > settings.backupGrowth { problems.append("grew too much") }
         }
         guard !problems.isEmpty else { return Verdict(state: .kept, summary: summary) }
+        // Every file of the set is a finding: only the largest are turned into text.
         let files = facts.backupItems.filter { !$0.isFolder && $0.bytes > 0 }
-            .map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "backed up") }
-        return Verdict(state: .broken, summary: problems.joined(separator: ", ") + ": " + summary, findings: files)
+        let findings = largest(files, settings.listLimit).map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "backed up") }
+        return Verdict(state: .broken, summary: problems.joined(separator: ", ") + ": " + summary, findings: findings, count: files.count)
+    }
+
+    /// The `limit` largest of `items`, the first met winning a tie: one pass, no sort of them all.
+    static func largest(_ items: [CheckFacts.Item], _ limit: Int) -> [CheckFacts.Item] {
+        guard limit > 0 else { return [] }
+        var kept: [CheckFacts.Item] = []
+        for item in items where kept.count < limit || item.bytes > (kept.last?.bytes ?? .min) {
+            let index = kept.firstIndex { $0.bytes < item.bytes } ?? kept.count
+            kept.insert(item, at: index)
+            if kept.count > limit { kept.removeLast() }
+        }
+        return kept
     }
 
     // MARK: 2. Re-creatable data backed up
