@@ -20,7 +20,9 @@ public enum CheckConfig {
     public static func apply(_ contents: [UInt8], name: String, to settings: CheckSettings) throws(UserError) -> CheckSettings {
         func bad(_ what: String) -> UserError { UserError.usage("\(name): \(what) (see docs/check.md)") }
         let parsed: Any
-        do { parsed = try JSONSerialization.jsonObject(with: Data(contents)) } catch { throw bad("not JSON: \(error.localizedDescription)") }
+        do { parsed = try JSONSerialization.jsonObject(with: Data(contents)) } catch {
+            throw bad("not JSON: \(error.localizedDescription)")
+        }
         guard let object = parsed as? [String: Any] else { throw bad("expected a JSON object") }
         if let unknown = object.keys.sorted().first(where: { !keys.contains($0) }) {
             throw bad("unknown key '\(unknown)'; known: \(keys.sorted().joined(separator: ", "))")
@@ -46,7 +48,9 @@ public enum CheckConfig {
             if warnOnly { settings.failOn = [] }
         }
         if let value = object["listLimit"] {
-            guard let limit = value as? Int, (0...100_000).contains(limit) else { throw bad("listLimit must be a whole number from 0 to 100000") }
+            guard let limit = value as? Int, (0...100_000).contains(limit) else {
+                throw bad("listLimit must be a whole number from 0 to 100000")
+            }
             settings.listLimit = limit
         }
         return settings

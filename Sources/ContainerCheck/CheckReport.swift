@@ -3,7 +3,12 @@ import ContainerStore
 
 /// How a rule came out.
 public enum CheckOutcome: String, Sendable {
-    case pass, warning, failure
+    /// The rule holds.
+    case pass
+    /// The rule is broken and is not one that fails the check.
+    case warning
+    /// The rule is broken and fails the check (exit 1).
+    case failure
     /// The rule needs what this check does not have (`tmp/` at exit, launches).
     case skipped
 }

@@ -4,12 +4,19 @@ import ContainerStore
 ///
 /// The raw values are the names `--fail-on`, the config file, JSON and JUnit use.
 public enum CheckRule: String, CaseIterable, Sendable {
+    /// 1. The backup set's size (and growth across launches) within a budget.
     case backupBudget = "backup-budget"
+    /// 2. No large file or cache layout backed up.
     case recreatableData = "recreatable-data"
+    /// 3. Only what the user may see in `Documents/`.
     case documentsContent = "documents-content"
+    /// 4. Nothing left in `tmp/` when the program exits.
     case tmpCleanup = "tmp-cleanup"
+    /// 5. Nothing left in `Documents/Inbox/`.
     case inboxHandled = "inbox-handled"
+    /// 6. No operation denied.
     case denials = "denials"
+    /// 7. No launch failing after a purge.
     case cacheDependence = "cache-dependence"
 
     /// What the rule asks, for the table and the JUnit test case's name.
@@ -73,7 +80,8 @@ public struct CheckSettings: Sendable, Equatable {
             case "none": break
             default:
                 guard let rule = CheckRule(rawValue: word) else {
-                    throw UserError.usage("no rule '\(word)' in \(what): name \(CheckRule.allCases.map(\.rawValue).joined(separator: ", ")), all or none")
+                    throw UserError.usage(
+                        "no rule '\(word)' in \(what): name \(CheckRule.allCases.map(\.rawValue).joined(separator: ", ")), all or none")
                 }
                 rules.insert(rule)
             }

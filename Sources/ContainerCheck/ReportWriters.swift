@@ -14,10 +14,13 @@ extension CheckReport {
             out += "  \(mark)  \(result.rule.rawValue.padding(18))  \(result.summary)\n"
             guard result.outcome == .warning || result.outcome == .failure else { continue }
             for finding in result.findings {
-                let size = finding.bytes.map { byteText($0) }.map { $0.padding(10, right: true) + "  " } ?? String(repeating: " ", count: 12)
+                let size =
+                    finding.bytes.map { byteText($0) }.map { $0.padding(10, right: true) + "  " } ?? String(repeating: " ", count: 12)
                 out += "          \(size)\(finding.path)  (\(finding.note))\n"
             }
-            if result.findingCount > result.findings.count { out += "          … and \(result.findingCount - result.findings.count) more\n" }
+            if result.findingCount > result.findings.count {
+                out += "          … and \(result.findingCount - result.findings.count) more\n"
+            }
             out += "          hint: \(result.rule.hint)\n"
         }
         let counts = CheckOutcome.allOutcomes.map { outcome in "\(results.count { $0.outcome == outcome }) \(outcome.rawValue)" }
@@ -31,7 +34,8 @@ extension CheckReport {
             let findings = result.findings.map { finding in
                 "{\"path\":\(jsonText(finding.path)),\"bytes\":\(finding.bytes.map(String.init) ?? "null"),\"note\":\(jsonText(finding.note))}"
             }
-            return "{\"rule\":\(jsonText(result.rule.rawValue)),\"title\":\(jsonText(result.rule.title)),\"outcome\":\(jsonText(result.outcome.rawValue)),"
+            return
+                "{\"rule\":\(jsonText(result.rule.rawValue)),\"title\":\(jsonText(result.rule.title)),\"outcome\":\(jsonText(result.outcome.rawValue)),"
                 + "\"summary\":\(jsonText(result.summary)),\"hint\":\(jsonText(result.rule.hint)),\"findingCount\":\(result.findingCount),"
                 + "\"findings\":[\(findings.joined(separator: ","))]}"
         }
@@ -46,13 +50,16 @@ extension CheckReport {
         let skipped = results.count { $0.outcome == .skipped }
         var out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
         out += "<testsuites name=\"containerfs check\" tests=\"\(results.count)\" failures=\"\(failures)\" errors=\"0\" time=\"0\">\n"
-        out += "  <testsuite name=\(xmlAttribute("containerfs check " + store)) tests=\"\(results.count)\" failures=\"\(failures)\" errors=\"0\" "
+        out +=
+            "  <testsuite name=\(xmlAttribute("containerfs check " + store)) tests=\"\(results.count)\" failures=\"\(failures)\" errors=\"0\" "
             + "skipped=\"\(skipped)\" time=\"0\" timestamp=\(xmlAttribute(timestamp)) hostname=\(xmlAttribute(hostname))>\n"
         for result in results {
-            out += "    <testcase classname=\"containerfs.check\" name=\(xmlAttribute("\(result.rule.rawValue): \(result.rule.title)")) time=\"0\""
-            let details = (result.findings.map { finding in
-                (finding.bytes.map { byteText($0) + "  " } ?? "") + finding.path + "  (" + finding.note + ")"
-            } + (result.findingCount > result.findings.count ? ["… and \(result.findingCount - result.findings.count) more"] : [])
+            out +=
+                "    <testcase classname=\"containerfs.check\" name=\(xmlAttribute("\(result.rule.rawValue): \(result.rule.title)")) time=\"0\""
+            let details =
+                (result.findings.map { finding in
+                    (finding.bytes.map { byteText($0) + "  " } ?? "") + finding.path + "  (" + finding.note + ")"
+                } + (result.findingCount > result.findings.count ? ["… and \(result.findingCount - result.findings.count) more"] : [])
                 + ["hint: " + result.rule.hint]).joined(separator: "\n")
             switch result.outcome {
             case .pass:
@@ -62,7 +69,8 @@ extension CheckReport {
             case .warning:
                 out += ">\n      <system-out>\(xmlText("warning: " + result.summary + "\n" + details))</system-out>\n    </testcase>\n"
             case .failure:
-                out += ">\n      <failure type=\(xmlAttribute(result.rule.rawValue)) message=\(xmlAttribute(result.summary))>\(xmlText(details))</failure>\n    </testcase>\n"
+                out +=
+                    ">\n      <failure type=\(xmlAttribute(result.rule.rawValue)) message=\(xmlAttribute(result.summary))>\(xmlText(details))</failure>\n    </testcase>\n"
             }
         }
         out += "  </testsuite>\n</testsuites>\n"

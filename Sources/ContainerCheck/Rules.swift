@@ -24,8 +24,9 @@ enum Rules {
         // Largest first, then by path, so that the report is the same from run to run;
         // denials and launches stay in time order.
         let sorted = verdict.inOrder ? verdict.findings : verdict.findings.sorted { ($0.bytes ?? -1, $1.path) > ($1.bytes ?? -1, $0.path) }
-        return CheckResult(rule: rule, outcome: outcome, summary: verdict.summary,
-                           findings: Array(sorted.prefix(max(0, settings.listLimit))), findingCount: verdict.count ?? sorted.count)
+        return CheckResult(
+            rule: rule, outcome: outcome, summary: verdict.summary,
+            findings: Array(sorted.prefix(max(0, settings.listLimit))), findingCount: verdict.count ?? sorted.count)
     }
 
     /// A rule's finding before the settings say whether a violation fails.
@@ -55,7 +56,9 @@ enum Rules {
         guard !problems.isEmpty else { return Verdict(state: .kept, summary: summary) }
         // Every file of the set is a finding: only the largest are turned into text.
         let files = facts.backupItems.filter { !$0.isFolder && $0.bytes > 0 }
-        let findings = largest(files, settings.listLimit).map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "backed up") }
+        let findings = largest(files, settings.listLimit).map {
+            CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "backed up")
+        }
         return Verdict(state: .broken, summary: problems.joined(separator: ", ") + ": " + summary, findings: findings, count: files.count)
     }
 
@@ -88,17 +91,21 @@ enum Rules {
             if isCacheLikeFile(name) {
                 findings.append(CheckFinding(path: item.path.description, bytes: item.bytes, note: "cache file, backed up"))
             } else if item.bytes > settings.largeFile {
-                findings.append(CheckFinding(path: item.path.description, bytes: item.bytes,
-                                             note: "larger than \(byteText(settings.largeFile)), backed up"))
+                findings.append(
+                    CheckFinding(
+                        path: item.path.description, bytes: item.bytes,
+                        note: "larger than \(byteText(settings.largeFile)), backed up"))
             }
         }
         for (folder, bytes) in cacheFolders {
-            findings.append(CheckFinding(path: folder.description + "/", bytes: bytes, note: "cache folder outside Library/Caches, backed up"))
+            findings.append(
+                CheckFinding(path: folder.description + "/", bytes: bytes, note: "cache folder outside Library/Caches, backed up"))
         }
         guard !findings.isEmpty else {
             return Verdict(state: .kept, summary: "no backed-up file over \(byteText(settings.largeFile)), no cache outside Library/Caches")
         }
-        return Verdict(state: .broken, summary: "\(findings.count) large or cache item\(plural(findings.count)) backed up", findings: findings)
+        return Verdict(
+            state: .broken, summary: "\(findings.count) large or cache item\(plural(findings.count)) backed up", findings: findings)
     }
 
     /// The topmost folder of `path` (itself included when it is a folder) whose name is a
@@ -137,10 +144,13 @@ enum Rules {
             if let reported, parts.count > reported.components.count, parts.starts(with: reported.components) { continue }
             guard let name = parts.last, let kind = nonUserKind(name, isFolder: item.isFolder) else { continue }
             if item.isFolder { reported = item.path }
-            findings.append(CheckFinding(path: item.path.description + (item.isFolder ? "/" : ""), bytes: item.isFolder ? nil : item.bytes, note: kind))
+            findings.append(
+                CheckFinding(path: item.path.description + (item.isFolder ? "/" : ""), bytes: item.isFolder ? nil : item.bytes, note: kind))
         }
         guard !findings.isEmpty else { return Verdict(state: .kept, summary: "only user content in Documents") }
-        return Verdict(state: .broken, summary: "\(findings.count) item\(plural(findings.count)) in Documents the user should not see", findings: findings)
+        return Verdict(
+            state: .broken, summary: "\(findings.count) item\(plural(findings.count)) in Documents the user should not see",
+            findings: findings)
     }
 
     /// What kind of non-user item `name` is, or nil for user content.
@@ -149,7 +159,9 @@ enum Rules {
         if name.first == UInt8(ascii: ".") { return isFolder ? "hidden folder" : "hidden file" }
         if isFolder { return isCacheLikeFolderName(name) ? "cache folder" : nil }
         if isCacheLikeFile(name) { return "cache file" }
-        for suffix in [".db", ".sqlite", ".sqlite3", ".realm", ".db-wal", ".db-shm", ".db-journal", ".sqlite-wal", ".sqlite-shm", ".sqlite-journal"]
+        for suffix in [
+            ".db", ".sqlite", ".sqlite3", ".realm", ".db-wal", ".db-shm", ".db-journal", ".sqlite-wal", ".sqlite-shm", ".sqlite-journal",
+        ]
         where lower.hasSuffix(Array(suffix.utf8)) {
             return "database"
         }
@@ -167,8 +179,9 @@ enum Rules {
         guard !files.isEmpty else { return Verdict(state: .kept, summary: "tmp/ empty when the program exited") }
         // Held at Int64.max: sparse files can claim more than that between them.
         let bytes = files.reduce(Int64(0)) { $0.addingSaturated($1.bytes) }
-        return Verdict(state: .broken, summary: "\(files.count) file\(plural(files.count)) (\(byteText(bytes))) left in tmp/ at exit",
-                       findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "left in tmp/") })
+        return Verdict(
+            state: .broken, summary: "\(files.count) file\(plural(files.count)) (\(byteText(bytes))) left in tmp/ at exit",
+            findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "left in tmp/") })
     }
 
     // MARK: 5. Inbox handled
@@ -176,8 +189,9 @@ enum Rules {
     static func inboxHandled(_ facts: CheckFacts) -> Verdict {
         let files = facts.inboxFiles
         guard !files.isEmpty else { return Verdict(state: .kept, summary: "Documents/Inbox empty") }
-        return Verdict(state: .broken, summary: "\(files.count) file\(plural(files.count)) left in Documents/Inbox",
-                       findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "not moved out or deleted") })
+        return Verdict(
+            state: .broken, summary: "\(files.count) file\(plural(files.count)) left in Documents/Inbox",
+            findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "not moved out or deleted") })
     }
 
     // MARK: 6. Denials
@@ -186,7 +200,8 @@ enum Rules {
         guard !facts.denials.isEmpty else { return Verdict(state: .kept, summary: "no denial in the audit log") }
         let findings = facts.denials.map { CheckFinding(path: AuditRecord.printable($0.paths.first ?? ""), bytes: nil, note: $0.textLine) }
         // Oldest first, as the log has them: a denial's story reads in time order.
-        return Verdict(state: .broken, summary: "\(findings.count) operation\(plural(findings.count)) denied", findings: findings, inOrder: true)
+        return Verdict(
+            state: .broken, summary: "\(findings.count) operation\(plural(findings.count)) denied", findings: findings, inOrder: true)
     }
 
     // MARK: 7. Cache dependence
@@ -201,8 +216,9 @@ enum Rules {
         }
         let replay = facts.replay.map { "; replay with \($0)" } ?? ""
         let findings = failed.map { launch in
-            CheckFinding(path: "launch \(launch.number)", bytes: nil,
-                         note: "exited with status \(launch.status ?? 0) after: \(launch.purgedBefore ?? "a purge")\(replay)")
+            CheckFinding(
+                path: "launch \(launch.number)", bytes: nil,
+                note: "exited with status \(launch.status ?? 0) after: \(launch.purgedBefore ?? "a purge")\(replay)")
         }
         return Verdict(state: .broken, summary: "launch \(first.number) failed after a purge\(replay)", findings: findings, inOrder: true)
     }

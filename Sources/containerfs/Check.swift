@@ -8,19 +8,26 @@ import Glibc
 
 /// The thresholds and reports `check` and `run --check` share.
 struct CheckOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("The config file (default: \(CheckConfig.defaultFileName) in the working directory, if there is one).", valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "The config file (default: \(CheckConfig.defaultFileName) in the working directory, if there is one).", valueName: "FILE"))
     var config: String?
 
     @Option(help: ArgumentHelp("The most the backup set may hold (default 20M).", valueName: "SIZE"))
     var backupBudget: String?
 
-    @Option(help: ArgumentHelp("With run --launches: the most the backup set may grow from the first launch to the last (default 5M).", valueName: "SIZE"))
+    @Option(
+        help: ArgumentHelp(
+            "With run --launches: the most the backup set may grow from the first launch to the last (default 5M).", valueName: "SIZE"))
     var backupGrowth: String?
 
     @Option(help: ArgumentHelp("A backed-up file larger than this is re-creatable data (default 5M).", valueName: "SIZE"))
     var largeFile: String?
 
-    @Option(help: ArgumentHelp("The rules whose violation fails the check, replacing the default: names separated by commas, all or none.", valueName: "RULE,..."))
+    @Option(
+        help: ArgumentHelp(
+            "The rules whose violation fails the check, replacing the default: names separated by commas, all or none.",
+            valueName: "RULE,..."))
     var failOn: String?
 
     @Flag(help: "Report every violation as a warning: the check never fails.")
@@ -48,7 +55,8 @@ struct CheckOptions: ParsableArguments {
         func size(_ text: String?, _ option: String) throws(UserError) -> Int64? {
             guard let text else { return nil }
             guard let bytes = Quantity.bytes(text) else {
-                throw UserError.usage("bad size '\(text)' for \(option): write bytes or a number with K, M, G or T (powers of 1024), as 20M")
+                throw UserError.usage(
+                    "bad size '\(text)' for \(option): write bytes or a number with K, M, G or T (powers of 1024), as 20M")
             }
             return bytes
         }

@@ -74,7 +74,8 @@ import Testing
         ]
         let result = result(.documentsContent, facts)
         #expect(result.outcome == .warning)
-        #expect(result.findings.map(\.path) == ["Documents/notes.sqlite", "Documents/Settings.plist", "Documents/app.lock", "Documents/.git/"])
+        #expect(
+            result.findings.map(\.path) == ["Documents/notes.sqlite", "Documents/Settings.plist", "Documents/app.lock", "Documents/.git/"])
     }
 
     @Test func tmpAndInboxLeftoversAreWarningsUnlessFailOnNamesThem() {
@@ -101,7 +102,9 @@ import Testing
 
     @Test func aLaunchFailingAfterAPurgeNamesTheSeed() {
         var facts = CheckFacts()
-        facts.launches = [.init(number: 1, status: 0, purgedBefore: nil), .init(number: 2, status: 3, purgedBefore: "all 2 cache files purged")]
+        facts.launches = [
+            .init(number: 1, status: 0, purgedBefore: nil), .init(number: 2, status: 3, purgedBefore: "all 2 cache files purged"),
+        ]
         facts.replay = "--launches 2 --purge-between caches --seed 7"
         let result = result(.cacheDependence, facts)
         #expect(result.outcome == .failure)
@@ -127,11 +130,15 @@ import Testing
     }
 
     @Test func theConfigFileSetsThresholdsAndRefusesWhatItDoesNotKnow() throws {
-        let settings = try CheckConfig.apply(Array(#"{"backupBudget": "1M", "failOn": ["tmp-cleanup"], "listLimit": 3}"#.utf8), name: "c", to: CheckSettings())
+        let settings = try CheckConfig.apply(
+            Array(#"{"backupBudget": "1M", "failOn": ["tmp-cleanup"], "listLimit": 3}"#.utf8), name: "c", to: CheckSettings())
         #expect(settings.backupBudget == 1 << 20)
         #expect(settings.failOn == [.tmpCleanup])
         #expect(settings.listLimit == 3)
-        for bad in [#"{"budget": "1M"}"#, #"{"backupBudget": 5}"#, #"{"failOn": ["nope"]}"#, "[]", "{", #"{"listLimit": -1}"#, #"{"warnOnly": "yes"}"#] {
+        for bad in [
+            #"{"budget": "1M"}"#, #"{"backupBudget": 5}"#, #"{"failOn": ["nope"]}"#, "[]", "{", #"{"listLimit": -1}"#,
+            #"{"warnOnly": "yes"}"#,
+        ] {
             #expect(throws: UserError.self) { try CheckConfig.apply(Array(bad.utf8), name: "c", to: CheckSettings()) }
         }
     }

@@ -16,10 +16,12 @@ struct CheckTests {
     }
 
     /// The JSON report of `containerfs check STORE OPTIONS… --json`, and its status.
-    func checkJSON(_ container: MountedContainer, _ options: [String] = []) throws -> (status: Int32, outcomes: [String: String], findings: [String: [String]]) {
+    func checkJSON(_ container: MountedContainer, _ options: [String] = []) throws -> (
+        status: Int32, outcomes: [String: String], findings: [String: [String]]
+    ) {
         let result = try containerfs(["check", container.store, "--json"] + options)
         guard let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any],
-              let rules = object["rules"] as? [[String: Any]]
+            let rules = object["rules"] as? [[String: Any]]
         else { throw TestFailure("check --json printed no report: \(result)") }
         var outcomes: [String: String] = [:], findings: [String: [String]] = [:]
         for rule in rules {
@@ -106,7 +108,10 @@ struct CheckTests {
     @Test func aLaunchThatFailsAfterAPurgeIsReportedWithTheSeed() throws {
         let container = try MountedContainer()
         // The first launch fills its cache; later ones assume it is still there.
-        let program = ["sh", "-c", "if [ -e Documents/launched ]; then test -e Library/Caches/feed; else touch Documents/launched; echo x > Library/Caches/feed; fi"]
+        let program = [
+            "sh", "-c",
+            "if [ -e Documents/launched ]; then test -e Library/Caches/feed; else touch Documents/launched; echo x > Library/Caches/feed; fi",
+        ]
         let run = try containerfsRun(container, ["--check", "--launches", "3", "--purge-between", "caches", "--seed", "42"], program)
         #expect(run.status == 1, "the program's status: \(run)")
         #expect(run.stderr.contains("FAIL  cache-dependence"), "\(run)")
@@ -132,8 +137,9 @@ struct CheckTests {
         let container = try MountedContainer()
         let junit = container.base + "/check.xml"
         // A name with XML's special characters and a control character, as an app may choose.
-        let run = try containerfsRun(container, ["--check", "--junit", junit],
-                                     ["sh", "-c", "head -c 8000000 /dev/zero > \"Documents/<a&b>\"$(printf '\\001')\".bin\"; echo x > tmp/left"])
+        let run = try containerfsRun(
+            container, ["--check", "--junit", junit],
+            ["sh", "-c", "head -c 8000000 /dev/zero > \"Documents/<a&b>\"$(printf '\\001')\".bin\"; echo x > tmp/left"])
         #expect(run.status == 1, "\(run)")
         let valid = try runProgram(["xmllint", "--noout", "--schema", Self.junitSchema, junit])
         #expect(valid.status == 0, "xmllint (libxml2-utils) must be installed and accept the report: \(valid)")
@@ -152,17 +158,18 @@ struct CheckTests {
             """
         let read = try runProgram(["python3", "-c", reader, junit])
         #expect(read.status == 0, "junitparser must be installed (scripts/install-deps.sh): \(read)")
-        #expect(read.stdout.split(separator: "\n").map(String.init) == [
-            "suite 7 1 0 1",
-            "case backup-budget pass",
-            "case recreatable-data Failure",
-            "text 7.6 MiB  Documents/<a&b>\\x01.bin  (larger than 5.0 MiB, backed up)",
-            "case documents-content pass",
-            "case tmp-cleanup pass",
-            "case inbox-handled pass",
-            "case denials pass",
-            "case cache-dependence Skipped",
-        ], "\(read)")
+        #expect(
+            read.stdout.split(separator: "\n").map(String.init) == [
+                "suite 7 1 0 1",
+                "case backup-budget pass",
+                "case recreatable-data Failure",
+                "text 7.6 MiB  Documents/<a&b>\\x01.bin  (larger than 5.0 MiB, backed up)",
+                "case documents-content pass",
+                "case tmp-cleanup pass",
+                "case inbox-handled pass",
+                "case denials pass",
+                "case cache-dependence Skipped",
+            ], "\(read)")
         let files = try FileManager.default.contentsOfDirectory(atPath: container.base)
         #expect(!files.contains { $0.contains(".partial-") }, "the report is written aside and renamed")
     }
