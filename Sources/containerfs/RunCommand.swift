@@ -37,10 +37,14 @@ struct RunCommand: ParsableCommand {
             empties tmp/ and purges caches least recently used first until 2 MiB are free, \
             printing what went. See docs/capacity.md.
 
-            --check checks the container against Apple's storage guidelines when the program             exits, before tmp/ is purged, as 'containerfs check' does, and also reports the files             left in tmp/, with --launches the backup set's growth from the first launch to the last             and a launch that failed after a purge (with the seed). The table goes to stderr; the             thresholds and --junit FILE are check's (see 'containerfs check --help', docs/check.md).
+            --check checks the container against Apple's storage guidelines when the program \
+            exits, before tmp/ is purged, as 'containerfs check' does, and also reports the files \
+            left in tmp/, with --launches the backup set's growth from the first launch to the last \
+            and a launch that failed after a purge (with the seed). The table goes to stderr; the \
+            thresholds and --junit FILE are check's (see 'containerfs check --help', docs/check.md).
 
-            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
-            bubblewrap, with a line saying why) could not start it, or when the program exited 0
+            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or \
+            bubblewrap, with a line saying why) could not start it, or when the program exited 0 \
             and --check failed; 64 for a misuse.
             """)
 
