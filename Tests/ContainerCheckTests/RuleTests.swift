@@ -151,5 +151,10 @@ import Testing
         #expect(!xml.contains("<&"))
         #expect(!xml.unicodeScalars.contains { $0.value == 1 })
         #expect(!report.json.unicodeScalars.contains { $0.value == 1 })
+        // The writers themselves, for text that did not come through ContainerPath (audit
+        // lines, summaries): XML 1.0 cannot hold most C0 controls even as references.
+        #expect(xmlText("a\u{1}<&\u{FFFE}") == "a\\x01&lt;&amp;\\u{fffe}")
+        #expect(xmlAttribute("x\n\"y") == "\"x&#10;&quot;y\"")
+        #expect(jsonText("a\u{1}\"\\") == "\"a\\u0001\\\"\\\\\"")
     }
 }
