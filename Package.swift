@@ -57,13 +57,17 @@ let package = Package(
         .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy", "CLinux"]),
         // The app's lifecycle: update (a new version over the old one's data) and offload.
         .target(name: "ContainerLifecycle", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy"]),
+        // Apple's storage guidelines as rules over a container (`containerfs check`): the
+        // facts from the backup set, tmp/ and the audit log, the rules as pure functions,
+        // the report as a table, JSON and JUnit XML.
+        .target(name: "ContainerCheck", dependencies: ["ContainerBackup", "ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         // The FUSE adapter: callbacks → handlers → policy → store.
         .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "ContainerPurge", "CFuse", "CLinux"]),
         // The command line only: parse, call one domain, print.
         .executableTarget(
             name: "containerfs",
             dependencies: [
-                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerLifecycle", "ContainerPurge", "ContainerSigning",
+                "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerCheck", "ContainerLifecycle", "ContainerPurge", "ContainerSigning",
                 "ContainerStore", "ContainerPolicy", "ContainerObjectStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
@@ -77,6 +81,7 @@ let package = Package(
         .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerObjectStoreTests", dependencies: ["ContainerObjectStore", "ContainerStore"]),
         .testTarget(name: "ContainerPurgeTests", dependencies: ["ContainerPurge", "ContainerStore", "ContainerPolicy"]),
+        .testTarget(name: "ContainerCheckTests", dependencies: ["ContainerCheck", "ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerRunTests", dependencies: ["ContainerRun", "ContainerStore", "ContainerPolicy"]),
         .testTarget(
             name: "IntegrationTests",

@@ -37,6 +37,9 @@ public struct Launches: Sendable {
         self.purge = purge
     }
 
+    /// The options that replay these launches.
+    public var replay: String { "--launches \(count) --purge-between \(purge.rawValue) --seed \(seed)" }
+
     /// Which of `files` cache files `random` purges: one draw in four takes all of them,
     /// otherwise a share of 0–100 % is drawn and each file (in path order) goes with that
     /// chance. The same generator state gives the same choice.
@@ -70,12 +73,13 @@ extension Run {
     /// failing launch's status, or 0. A signal caught during any launch is passed on as in
     /// a single run, and no launch starts after it.
     func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
-        let replay = "--launches \(launches.count) --purge-between \(launches.purge.rawValue) --seed \(launches.seed)"
+        let replay = launches.replay
         say("\(launches.count) launches, purging \(launches.purge.rawValue) between them, seed \(launches.seed)")
         var generator = SplitMix64(seed: launches.seed)
+        var purged: String?
         for number in 1...launches.count {
             if number > 1 { relay.rearm() }
-            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock)
+            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, number: number, purgedBefore: purged)
             if status != 0 {
                 say("launch \(number) of \(launches.count) failed with status \(status) (seed \(launches.seed)); replay it with \(replay)")
                 return status
@@ -85,7 +89,9 @@ extension Run {
                 return status
             }
             guard number < launches.count else { break }
-            say("before launch \(number + 1): \(purgeBetween(opened, launches.purge, &generator))")
+            let line = purgeBetween(opened, launches.purge, &generator)
+            purged = line
+            say("before launch \(number + 1): \(line)")
         }
         say("all \(launches.count) launches exited 0 (seed \(launches.seed))")
         return 0

@@ -28,6 +28,9 @@ public struct Run {
     public var locked = false
     /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
     public var launches: Launches?
+    /// Called when each launch's program has exited, before the unmount purges `tmp/`: what
+    /// `run --check` looks at (ContainerCheck).
+    public var atProgramExit: ((ProgramExit) -> Void)?
 
     /// A run of `command` in the container at `store`; `command` is not empty, and
     /// `noNetwork` and `bindReadOnly` need the confinement (the command line checks both).
@@ -63,15 +66,21 @@ public struct Run {
     }
 
     /// One launch: mounts the container, runs the program, unmounts and purges `tmp/`;
-    /// returns the program's exit status.
-    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
+    /// returns the program's exit status. `number` and `purgedBefore` are for `atProgramExit`.
+    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, number: Int = 1,
+                purgedBefore: String? = nil) throws(UserError) -> Int32 {
         let appUser = sandbox?.appUser
         let mountpoint = try Self.makeMountpoint(owner: appUser)
         lock.record(mountpoint: mountpoint)
         let since = AuditLog.now()
         var daemon: pid_t?
+        var status: Int32?
         defer {
             relay.detach()
+            // Only a launch whose mount started: its tmp/ is the program's.
+            if daemon != nil, let atProgramExit {
+                atProgramExit(ProgramExit(store: opened, launch: number, status: status, purgedBefore: purgedBefore))
+            }
             finish(opened, mountpoint: mountpoint, daemon: daemon, since: since)
             lock.record(mountpoint: nil)
         }
@@ -87,12 +96,16 @@ public struct Run {
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
         if let sandbox {
-            return try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay)
+            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay)
+            status = ended
+            return ended
         }
         let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint, added: addedEnvironment),
                             directory: mountpoint)
         relay.attach(.process(pid, sharesTerminal: true))
-        return waitForExit(pid)
+        let ended = waitForExit(pid)
+        status = ended
+        return ended
     }
 
     /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
@@ -319,6 +332,18 @@ public struct Run {
             bytes += buffer[0..<count]
         }
     }
+}
+
+/// A launch's end, as `Run.atProgramExit` is told of it.
+public struct ProgramExit {
+    /// The store, still mounted (the unmount empties `tmp/`), read directly as `backup` reads it.
+    public let store: Store
+    /// Which launch: 1 for the first (and for a single run).
+    public let launch: Int
+    /// The program's exit status; nil when it never started.
+    public let status: Int32?
+    /// What was purged before this launch (`--launches`); nil for the first.
+    public let purgedBefore: String?
 }
 
 /// One line on stderr about the clean-up, which goes on regardless.

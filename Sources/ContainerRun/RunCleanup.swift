@@ -15,7 +15,7 @@ extension AuditLog {
 
     /// `time` written as an `AuditRecord`'s time (`2026-11-21T10:53:15.982Z`), which
     /// sorts as text in time order.
-    static func recordTime(_ time: timespec) -> String {
+    public static func recordTime(_ time: timespec) -> String {
         var seconds = time.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
@@ -24,7 +24,7 @@ extension AuditLog {
     }
 
     /// The time now, on the clock the log's timestamps use.
-    static func now() -> timespec {
+    public static func now() -> timespec {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         return now

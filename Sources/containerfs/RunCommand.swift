@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerCheck
 import ContainerRun
 import ContainerStore
 
@@ -36,8 +37,15 @@ struct RunCommand: ParsableCommand {
             empties tmp/ and purges caches least recently used first until 2 MiB are free, \
             printing what went. See docs/capacity.md.
 
-            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or
-            bubblewrap, with a line saying why) could not start it; 64 for a misuse.
+            --check checks the container against Apple's storage guidelines when the program \
+            exits, before tmp/ is purged, as 'containerfs check' does, and also reports the files \
+            left in tmp/, with --launches the backup set's growth from the first launch to the last \
+            and a launch that failed after a purge (with the seed). The table goes to stderr; the \
+            thresholds and --junit FILE are check's (see 'containerfs check --help', docs/check.md).
+
+            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or \
+            bubblewrap, with a line saying why) could not start it, or when the program exited 0 \
+            and --check failed; 64 for a misuse.
             """)
 
     @Argument(help: "The container's store.")
@@ -75,6 +83,11 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("What to purge between launches besides tmp/: none, tmp, caches or random (default: tmp).", valueName: "WHAT"))
     var purgeBetween: String?
 
+    @Flag(help: "Check the container against the storage guidelines when the program exits (see 'containerfs check').")
+    var check = false
+
+    @OptionGroup(title: "Check options (with --check)") var checkOptions: CheckOptions
+
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The program and its arguments, after --.", valueName: "PROGRAM ARGS"))
     var command: [String] = []
 
@@ -89,6 +102,7 @@ struct RunCommand: ParsableCommand {
         if launches == nil, seed != nil || purgeBetween != nil {
             throw ValidationError("--seed and --purge-between go with --launches N")
         }
+        if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
             throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
         }
@@ -104,7 +118,9 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         var status: Int32 = 0
+        var checkFailed = false
         try reportingErrors {
+            let settings = check ? try checkOptions.settings() : nil
             if let lowStorage { try purgeForLowStorage(try Store.open(store), lowStorage, option: "--low-storage") }
             var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
                           command: command, addedEnvironment: addedEnvironment)
@@ -113,8 +129,20 @@ struct RunCommand: ParsableCommand {
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)
             }
+            let runCheck = settings.map { _ in RunCheck() }
+            if let runCheck { run.atProgramExit = { runCheck.take($0) } }
+            let since = AuditLog.now()
             status = try run.runInContainer()
+            if let runCheck, let settings {
+                if let error = runCheck.error { throw error }
+                let report = runCheck.report(try Store.open(store, changing: false), name: store, since: since, settings: settings,
+                                             replay: run.launches?.replay)
+                try checkOptions.writeJUnit(report)
+                FileHandleOutput.standardError.write(report.table)
+                checkFailed = report.failed
+            }
         }
         if status != 0 { throw ExitCode(status) }
+        if checkFailed { throw ExitCode(1) }
     }
 }
