@@ -164,9 +164,10 @@ public func removeContents(of fd: Int32, keeping keep: ([UInt8]) -> Bool = { _ i
     // Each level: its name in the level above, and its entries still to remove.
     var levels: [(name: [UInt8], entries: [[UInt8]])] = [([], names(fd).filter { !keep($0) })]
     var left = 0
-    while let level = levels.last {
-        if let entry = level.entries.last {
-            levels[levels.count - 1].entries.removeLast()
+    // The top level is popped in place: a copy of it (`levels.last`) would make each
+    // removal copy its entries, quadratic in a folder.
+    while !levels.isEmpty {
+        if let entry = levels[levels.count - 1].entries.popLast() {
             if withCName(entry, { unlinkat(chain.fd, $0, 0) }) == 0 { continue }
             guard (try? chain.enter(entry)) != nil else {
                 if levels.count == 1 { left += 1 }
@@ -174,7 +175,7 @@ public func removeContents(of fd: Int32, keeping keep: ([UInt8]) -> Bool = { _ i
             }
             levels.append((entry, names(chain.fd)))
         } else if levels.count > 1 {
-            levels.removeLast()
+            let level = levels.removeLast()
             guard (try? chain.leave()) != nil else { return left + 1 }  // moved while removed
             if withCName(level.name, { unlinkat(chain.fd, $0, AT_REMOVEDIR) }) != 0, levels.count == 1 { left += 1 }
         } else {
