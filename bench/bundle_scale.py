@@ -14,8 +14,11 @@ show the growth: linear is about 2× from 10k to 20k and 10× to 100k, as `cp -a
   update           `containerfs update STORE --bundle BUNDLE --key KEY`: the same beside the old, then switch
   verify --full    `containerfs verify STORE --full --key KEY`: walk, read and hash every file
 
-Each cell is wall seconds (CPU seconds, user + system, in brackets: what other work on a
-shared machine does not inflate). One run each. Usage:
+Each cell is wall seconds, then user and system CPU seconds in brackets: user CPU is
+where a quadratic walk shows (copying names), and what other work on a shared machine
+does not inflate; system CPU is the file system's (on a busy shared disk, `openat` of a
+new file in a large folder varies several-fold from run to run: point BENCH_ROOT at a
+tmpfs for steadier figures). One run each. Usage:
 
   bench/bundle_scale.py PATH_TO_containerfs [--before OLD_containerfs] [--sizes 10000,20000,100000]
                         [--shapes flat,deep] [--quick]
@@ -71,7 +74,7 @@ def make_bundle(bundle, files, shape):
 
 
 def timed(command, shell=False):
-    """Wall and CPU (user + system of the children) seconds of one run; fails loudly."""
+    """Wall, user CPU and system CPU seconds (of the children) of one run; fails loudly."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     result = subprocess.run(command, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -79,7 +82,7 @@ def timed(command, shell=False):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         sys.exit("bundle_scale: %s failed (%d): %s" % (command, result.returncode, result.stderr.strip()[:300]))
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
 
 
 def measure(binary, root, bundle):
@@ -103,7 +106,8 @@ def main():
         binaries.insert(0, ("before", os.path.abspath(args.before)))
     shutil.rmtree(args.root, ignore_errors=True)
     os.makedirs(args.root)
-    lines = ["Bundles of many files (issue 26 §4): wall s (CPU s), one run each, page cache warm",
+    lines = ["Bundles of many files (issue 26 §4): wall s (user CPU s + system CPU s), one run each, page cache warm",
+             "scratch: %s" % args.root,
              "", "| shape | files | cp -a | sha256sum | build | create | update | verify --full |",
              "|---|---|---|---|---|---|---|---|"]
     try:
@@ -118,7 +122,7 @@ def main():
                 sha = timed("find '%s' -type f -print0 | xargs -0 sha256sum > /dev/null" % bundle, shell=True)
                 for name, binary in binaries:
                     cells = measure(binary, args.root, bundle)
-                    cell = lambda pair: "%.2f (%.2f)" % pair
+                    cell = lambda times: "%.2f (%.2f + %.2f)" % times
                     line = "| %s | %d | %s | %s | %s | %s | %s | %s |" % (
                         shape, files, cell(cp), cell(sha), name, cell(cells["create"]), cell(cells["update"]), cell(cells["verify --full"]))
                     print(line, flush=True)
