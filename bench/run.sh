@@ -52,6 +52,9 @@ python3 "$here/protection.py" "$1" || status=$?
 "$here/capacity.sh" "$1" || status=$?
 # A container of many files (issue 18): create, stat, read-all at 10k, 100k and 1M nodes.
 python3 "$here/scale.py" "$1" || status=$?
+# Bundles of many files (issue 26): create, update, verify of 10k-100k files, one folder
+# and deep, against cp -a and sha256sum of the same tree.
+python3 "$here/bundle_scale.py" "$@" || status=$?
 # What one synchronous hop costs here: the floor under the metadata rows.
 "$here/roundtrip.sh" "$1" || status=$?
 exit "$status"

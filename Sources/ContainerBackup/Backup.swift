@@ -45,14 +45,15 @@ public enum Backup {
             throw UserError.usage("\(archivePath) exists and is not a file: name a new archive file")
         }
 
+        // What an earlier backup to this archive left when it was killed goes first.
+        StagingName.removeAbandoned(in: parentFD, beside: leaf, "partial")
         // Mode 0600 from the start: the archive holds files other users may not read. A
-        // fresh unpredictable name, so nobody sharing the folder can block or pre-create it.
+        // fresh unpredictable name, so nobody sharing the folder can block or pre-create it,
+        // held locked while this backup lives.
         let partial: [UInt8]
         let fd: Int32
         do {
-            (partial, fd) = try StagingName.create(beside: leaf, "partial") {
-                openat(parentFD, $0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            }
+            (partial, fd) = try StagingName.createHeld(in: parentFD, beside: leaf, "partial", folder: false, mode: 0o600)
         } catch {
             throw UserError("cannot write \(archivePath): \(error)")
         }

@@ -68,13 +68,15 @@ public struct BackupSet: Sendable {
         // Each level: its path and location, and the names still to visit, last first.
         var stack: [(path: ContainerPath, location: Location, names: [[UInt8]])] = []
         if let names = try enter(fd, path: path) { stack.append((path, location, names)) }
-        while let level = stack.last {
-            guard let name = level.names.last else {
+        // The top level is popped in place: a copy of it (`stack.last`) would make each
+        // removal copy its names, quadratic in a folder.
+        while !stack.isEmpty {
+            guard let name = stack[stack.count - 1].names.popLast() else {
                 stack.removeLast()
                 if !stack.isEmpty { try chain.leave() }
                 continue
             }
-            stack[stack.count - 1].names.removeLast()
+            let level = (path: stack[stack.count - 1].path, location: stack[stack.count - 1].location)
             let fd = chain.fd
             let childLocation = layout.child(name, of: level.location)
             switch childLocation {

@@ -58,7 +58,11 @@ public enum Restore {
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: storePath)
 
-        let staging = try Store.buildAside(in: parentFD, beside: leaf, "restoring", bundle: bundlePath, seal: Store.seal(installerKey), path: storePath)
+        // What an earlier restore to this path left when it was killed goes first.
+        StagingName.removeAbandoned(in: parentFD, beside: leaf, "restoring")
+        let (staging, lock) = try Store.buildAsideHeld(in: parentFD, beside: leaf, "restoring", bundle: bundlePath,
+                                                       seal: Store.seal(installerKey), path: storePath)
+        defer { close(lock) }
         var summary = RestoreSummary()
         do {
             let store = try Store.open(at: parentFD, staging, path: storePath)

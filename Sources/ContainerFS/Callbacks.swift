@@ -67,12 +67,22 @@ private func handle(_ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
 /// O_DIRECT reaches the store); otherwise direct I/O bypasses the page cache, and the cache
 /// is kept across opens. No FLUSH on close either way: writes reach the store as they
 /// come, and locks are the kernel's.
-private func setHandle(_ info: UnsafeMutablePointer<fuse_file_info>?, _ fd: Int32, backed: Bool, directIO: Bool) {
-    info!.pointee.fh = UInt64(fd)
-    if backed {
+/// Returns the backing ID to reply with (0: not passed through). The handle records the
+/// path taken (`DataProtection.passthroughBit`, `cachedBit`) for its release.
+private func setHandle(_ info: UnsafeMutablePointer<fuse_file_info>?, _ fd: Int32, _ path: OpenPath, directIO: Bool) -> Int32 {
+    info!.pointee.fh = UInt64(UInt32(bitPattern: fd))
+    switch path {
+    case .passthrough(let backing):
+        info!.pointee.fh |= DataProtection.passthroughBit
         cfuse_set_open_flags(info, false, false, true, false)
-    } else {
+        return backing
+    case .cached:
+        info!.pointee.fh |= DataProtection.cachedBit
         cfuse_set_open_flags(info, directIO, !directIO, true, false)
+        return 0
+    case .direct:
+        cfuse_set_open_flags(info, directIO, !directIO, true, false)
+        return 0
     }
 }
 
@@ -166,15 +176,17 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.open = { request, ino, info in
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
-            let guarded = try fs.admitOpen(caller(request), ino, "open")   // SPEC §11
+            var guarded = try fs.admitOpen(caller(request), ino, "open")   // SPEC §11
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }   // a truncating open
-            let backing = guarded ? 0 : fs.passthrough(ino)
-            setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
+            let direct = directIO || guarded && fs.writeback
+            let path = fs.openPath(ino, guarded: &guarded, directIO: direct)
+            let backing = setHandle(info, fd, path, directIO: direct)
             if guarded { markGuarded(info, ino, fs) }
             fs.countOpened(ino)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(ino) }
+                fs.protection.releasedPath(ino, info!.pointee.fh)
                 fs.countClosed(ino, fd)
                 close(fd)
                 fs.closed(ino)
@@ -184,18 +196,20 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.create = { request, parent, name, mode, info in
         respond(request) { () throws(Errno) in
             let fs = fileSystem(request)
-            let guarded = try fs.admitCreation(caller(request), in: parent, cfuse_request_is_tmpfile() ? "open" : "create")
+            var guarded = try fs.admitCreation(caller(request), in: parent, cfuse_request_is_tmpfile() ? "open" : "create")
             var (entry, fd, directIO) = cfuse_request_is_tmpfile()
                 ? try fs.tmpfile(caller(request), parent, mode, cfuse_open_flags(info))
                 : try fs.create(caller(request), parent, name!, mode, cfuse_open_flags(info))
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), entry.ino) }   // it truncated a file
-            let backing = guarded ? 0 : fs.passthrough(entry.ino)
-            setHandle(info, fd, backed: backing != 0, directIO: directIO || guarded && fs.writeback)
+            let direct = directIO || guarded && fs.writeback
+            let path = fs.openPath(entry.ino, guarded: &guarded, directIO: direct)
+            let backing = setHandle(info, fd, path, directIO: direct)
             if guarded { markGuarded(info, entry.ino, fs) }
             fs.countOpened(entry.ino)
             entry.attr = fs.shown(entry.attr)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(entry.ino) }
+                fs.protection.releasedPath(entry.ino, info!.pointee.fh)
                 fs.countClosed(entry.ino, fd)
                 close(fd)
                 fs.closed(entry.ino)
@@ -211,6 +225,8 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
         let fs = fileSystem(request)
         if !fs.protection.whileAvailable({ _ = cfuse_reply_fd_data(request, handle(info), offset, size) }) {
+            // Refused only if still `complete`: a class changed from outside applies at once.
+            guard fs.isStillComplete(ino) else { _ = cfuse_reply_fd_data(request, handle(info), offset, size); return }
             fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "read"))
         }
     }
@@ -223,7 +239,10 @@ func makeOperations() -> fuse_lowlevel_ops {
             respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(ino, handle(info), buffer, size, offset)) }
         }
         guard DataProtection.isGuarded(info) else { return write() }
-        if !fs.protection.whileAvailable(write) { fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "write")) }
+        if !fs.protection.whileAvailable(write) {
+            guard fs.isStillComplete(ino) else { return write() }
+            fuse_reply_err(request, fs.refuseGuarded(caller(request), ino, "write"))
+        }
     }
     ops.flush = { request, _, info in
         // Closing a duplicate gives the store the close(2) it would have seen (locks, NFS).
@@ -232,6 +251,7 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.release = { request, ino, info in
         if DataProtection.isGuarded(info) { fileSystem(request).protection.released(ino) }
+        fileSystem(request).protection.releasedPath(ino, info!.pointee.fh)
         Tagging.released(handle(info))
         fileSystem(request).countClosed(ino, handle(info))
         close(handle(info))

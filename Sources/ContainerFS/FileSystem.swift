@@ -258,6 +258,9 @@ final class FileSystem: @unchecked Sendable {
         // A container holds no device files, as an iOS app's cannot.
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { throw Errno(EPERM) }
+        // A regular file made by name is made as `open(O_CREAT)` makes it (SPEC §11): not in
+        // a `complete` folder while the device is locked.
+        if type == S_IFREG { _ = try admitCreation(caller, in: parent, "mknod") }
         try checkSpaceForCreation()
         try useUmask(of: caller)
         try countingFolderGrowth(directory) { () throws(Errno) in

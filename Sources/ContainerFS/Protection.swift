@@ -26,6 +26,14 @@ final class DataProtection: @unchecked Sendable {
 
     /// The bit of a FUSE file handle that marks it guarded.
     static let guardedBit: UInt64 = 1 << 32
+    /// The bits of a FUSE file handle that say which of the kernel's I/O paths it took
+    /// (`OpenPath`), so that its release is counted off the right one.
+    static let passthroughBit: UInt64 = 1 << 33
+    static let cachedBit: UInt64 = 1 << 34
+
+    /// Open files per node, by the kernel's I/O path: a node's files must all be passed
+    /// through, or none (`fs/fuse/iomode.c`), or the open fails with `EIO`.
+    private let openPaths = Mutex<[fuse_ino_t: (cached: Int, passthrough: Int)]>([:])
 
     init() {
         gate = .allocate(capacity: 1)
@@ -84,6 +92,43 @@ final class DataProtection: @unchecked Sendable {
         }
     }
 
+    /// Chooses the I/O path of a new open file of `ino` and counts it: the one `wanted`
+    /// (what its class asks: `complete` is never passed through), unless the node's other
+    /// open files took the other path, which the kernel then requires. `backingID` is the
+    /// node's registered backing file (nonzero while any of its files is passed through).
+    func choosePath(_ ino: fuse_ino_t, wanted: OpenPath, backingID: () -> Int32) -> OpenPath {
+        openPaths.withLock { paths in
+            var counts = paths[ino] ?? (0, 0)
+            var path = wanted
+            if case .passthrough = wanted, counts.cached > 0 {
+                path = .cached
+            } else if counts.passthrough > 0, case let id = backingID(), id > 0 {
+                switch wanted {
+                case .cached, .direct: path = .passthrough(id)
+                case .passthrough: break
+                }
+            }
+            switch path {
+            case .passthrough: counts.passthrough += 1
+            case .cached: counts.cached += 1
+            case .direct: break
+            }
+            paths[ino] = counts.cached == 0 && counts.passthrough == 0 ? nil : counts
+            return path
+        }
+    }
+
+    /// After an open file whose handle is `fh` was released.
+    func releasedPath(_ ino: fuse_ino_t, _ fh: UInt64) {
+        guard fh & (Self.passthroughBit | Self.cachedBit) != 0 else { return }
+        openPaths.withLock { paths in
+            guard var counts = paths[ino] else { return }
+            if fh & Self.passthroughBit != 0 { counts.passthrough = max(0, counts.passthrough - 1) }
+            if fh & Self.cachedBit != 0 { counts.cached = max(0, counts.cached - 1) }
+            paths[ino] = counts.cached == 0 && counts.passthrough == 0 ? nil : counts
+        }
+    }
+
     /// Whether a FUSE file handle is guarded.
     @inline(__always)
     static func isGuarded(_ info: UnsafeMutablePointer<fuse_file_info>?) -> Bool {
@@ -92,7 +137,35 @@ final class DataProtection: @unchecked Sendable {
     }
 }
 
+/// How the kernel serves an open file: passed through to the store file (the backing
+/// ID), through its page cache with every miss a `READ` to the daemon, or direct I/O (every
+/// read and write a request; the kernel keeps no I/O mode for it).
+enum OpenPath: Equatable {
+    case passthrough(Int32)
+    case cached
+    case direct
+}
+
 extension FileSystem {
+    /// The I/O path of a new open file of `ino`, as its class asks (`guarded`: never passed
+    /// through) unless the node's other open files hold the other path, and counted until
+    /// release. A class changed while the file is open (from outside with `containerfs
+    /// protect`, or by `setxattr` through the mount) therefore never makes an open fail
+    /// with `EIO`: a file no longer `complete` opened beside guarded files is served
+    /// through the cache as they are; a file become `complete` opened beside files passed
+    /// through is passed through too, so it is not guarded until they are all closed
+    /// (docs/protection.md). Returns the path; `guarded` is cleared if it was passed through.
+    func openPath(_ ino: fuse_ino_t, guarded: inout Bool, directIO: Bool) -> OpenPath {
+        let offered = guarded ? 0 : passthrough(ino)
+        let wanted: OpenPath = offered != 0 ? .passthrough(offered) : directIO ? .direct : .cached
+        let path = protection.choosePath(ino, wanted: wanted) {
+            guard let node = try? inodes.inode(ino) else { return 0 }
+            return node.backingID.withLock { $0 }
+        }
+        if case .passthrough = path { guarded = false }
+        return path
+    }
+
     /// The protection class of `node`: its attribute, or the container's default.
     func protectionClass(of node: Inode) -> ProtectionClass {
         guard node.type == S_IFREG || node.type == S_IFDIR else { return protection.defaultClass }
@@ -144,8 +217,16 @@ extension FileSystem {
 
     /// Checks a guarded handle's access now (truncate, fallocate, copy_file_range).
     func admitGuarded(_ caller: Caller, _ ino: fuse_ino_t, _ operation: StaticString) throws(Errno) {
-        guard ProtectionPolicy.decide(.complete, protection.current, .descriptor) != .allow else { return }
+        guard ProtectionPolicy.decide(.complete, protection.current, .descriptor) != .allow, isStillComplete(ino) else { return }
         throw Errno(refuseGuarded(caller, ino, operation))
+    }
+
+    /// Whether a node opened as `complete` still is: read again before a guarded handle is
+    /// refused, so that a class changed from outside (`containerfs protect`) applies to
+    /// descriptors already open too, whatever the kernel still caches.
+    func isStillComplete(_ ino: fuse_ino_t) -> Bool {
+        guard let node = try? inodes.inode(ino) else { return true }
+        return protectionClass(of: node) == .complete
     }
 
     /// A `setxattr` or `removexattr` of the protection attribute: the value must name a

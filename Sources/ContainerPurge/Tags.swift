@@ -117,16 +117,17 @@ enum StoreWalk {
         // Each level: the entries still to visit, and the length of `path` that names it.
         var levels: [(entries: [(name: [UInt8], type: UInt8)], pathLength: Int)] = [(entries(fd).filter { $0.name != skipped }, relative.count)]
         var path = relative
-        while let level = levels.last {
-            guard let entry = level.entries.last else {
+        // The top level is popped in place: a copy of it (`levels.last`) would make each
+        // removal copy its entries, quadratic in a folder.
+        while !levels.isEmpty {
+            guard let entry = levels[levels.count - 1].entries.popLast() else {
                 levels.removeLast()
                 if levels.isEmpty || (try? chain.leave()) == nil { break }
                 continue
             }
-            levels[levels.count - 1].entries.removeLast()
             var info = stat()
             guard withCName(entry.name, { fstatat(chain.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
-            path.removeSubrange(level.pathLength...)
+            path.removeSubrange(levels[levels.count - 1].pathLength...)
             path.append(UInt8(ascii: "/"))
             path.append(contentsOf: entry.name)
             switch info.st_mode & S_IFMT {

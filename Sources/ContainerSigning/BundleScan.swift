@@ -95,15 +95,16 @@ struct BundleScan: Sendable {
         if visit(parentFD: chain.fd, name: name, path: path, cache: cache, jobs: &jobs), (try? chain.enter(name)) != nil {
             levels.append((names(chain.fd), path.count))
         }
-        while let level = levels.last {
-            guard let child = level.names.last else {
+        // The top level is popped in place, never through a copy of it (`levels.last`
+        // would share its names, and each removal would copy them: quadratic in a folder).
+        while !levels.isEmpty {
+            guard let child = levels[levels.count - 1].names.popLast() else {
                 levels.removeLast()
                 // A folder moved while walked: what is left shows as removed.
                 if levels.isEmpty || (try? chain.leave()) == nil { break }
                 continue
             }
-            levels[levels.count - 1].names.removeLast()
-            path.removeSubrange(level.pathLength...)
+            path.removeSubrange(levels[levels.count - 1].pathLength...)
             path.append(UInt8(ascii: "/"))
             path.append(contentsOf: child)
             if visit(parentFD: chain.fd, name: child, path: path, cache: cache, jobs: &jobs), (try? chain.enter(child)) != nil {

@@ -91,13 +91,13 @@ public enum Capacity {
         var total = blockBytes(info)
         // Each level: the names still to count.
         var levels: [[[UInt8]]] = [names(rootFD).filter { !skippingState || $0 != ContainerLayout.stateFolderName }]
-        while let level = levels.last {
-            guard let name = level.last else {
+        // Popped in place: a copy of the level (`levels.last`) makes each removal copy it.
+        while !levels.isEmpty {
+            guard let name = levels[levels.count - 1].popLast() else {
                 levels.removeLast()
                 if levels.isEmpty || (try? chain.leave()) == nil { break }
                 continue
             }
-            levels[levels.count - 1].removeLast()
             guard withCName(name, { fstatat(chain.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
             if info.st_mode & S_IFMT != S_IFDIR, info.st_nlink > 1, !seen.insert(UInt64(info.st_ino)).inserted { continue }
             total = total.addingSaturating(blockBytes(info))

@@ -48,3 +48,72 @@ public enum StagingName {
         throw Errno(EEXIST)
     }
 }
+
+/// Working items a run holds while it lives, so that a later run can tell what a dead one
+/// (`kill -9`, a power cut) left behind from what a live one is still writing
+/// (docs/backup.md, "Working names").
+///
+/// The run holds an exclusive `flock` on its working file or folder as long as it lives;
+/// the kernel drops it when the process dies, however it dies. Making the item and
+/// locking it are one step under a shared `flock` on the folder that holds it, and a sweep
+/// takes that folder's lock exclusively: so a sweep never sees an item made but not yet
+/// locked. An item of another user is never touched.
+extension StagingName {
+    /// Makes a working file (`O_CREAT | O_EXCL`, mode `mode`, opened `O_RDWR`) or folder
+    /// named as `create` names it, in `parentFD`, and returns its name and a descriptor of
+    /// it holding the run's lock. The caller closes the descriptor when the item is renamed
+    /// into place or removed.
+    public static func createHeld(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String,
+                                  folder: Bool, mode: mode_t) throws(Errno) -> (name: [UInt8], fd: Int32) {
+        while flock(parentFD, LOCK_SH) != 0 {
+            guard errno == EINTR else { break }   // a folder that cannot be locked: no sweep can either
+        }
+        defer { flock(parentFD, LOCK_UN) }
+        if !folder {
+            let made = try create(beside: leaf, purpose) { openat(parentFD, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
+            _ = flock(made.result, LOCK_EX)
+            return (made.name, made.result)
+        }
+        let name = try create(beside: leaf, purpose) { mkdirat(parentFD, $0, mode) }.name
+        do {
+            let fd = try withCName(name) { (cname) throws(Errno) in
+                try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            }
+            _ = flock(fd, LOCK_EX)
+            return (name, fd)
+        } catch {
+            _ = withCName(name) { unlinkat(parentFD, $0, AT_REMOVEDIR) }
+            throw error
+        }
+    }
+
+    /// Whether `name` is a working name for `purpose` beside `leaf`.
+    static func isWorkingName(_ name: [UInt8], beside leaf: [UInt8], _ purpose: String) -> Bool {
+        let prefix = [UInt8(ascii: ".")] + leaf.prefix(leafLimit) + Array(".\(purpose)-".utf8)
+        return name.count == prefix.count + 12 && name.starts(with: prefix) && name.suffix(12).allSatisfy(alphabet.contains)
+    }
+
+    /// Removes the working items for `purpose` beside `leaf` in `parentFD` that no live run
+    /// holds and that belong to the user running this; returns their names. Best effort:
+    /// if the folder's lock is taken, nothing is swept this time.
+    @discardableResult
+    public static func removeAbandoned(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String) -> [[UInt8]] {
+        guard flock(parentFD, LOCK_EX | LOCK_NB) == 0 else { return [] }
+        defer { flock(parentFD, LOCK_UN) }
+        let candidates = ((try? Directory.entries(of: parentFD)) ?? []).map(\.name).filter { isWorkingName($0, beside: leaf, purpose) }
+        var removed: [[UInt8]] = []
+        for name in candidates {
+            let fd = withCName(name) { openat(parentFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+            guard fd >= 0 else { continue }
+            var info = stat()
+            let abandoned = fstat(fd, &info) == 0 && info.st_uid == geteuid()
+                && (info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFDIR)
+                && flock(fd, LOCK_EX | LOCK_NB) == 0
+            close(fd)
+            guard abandoned else { continue }
+            removeTree(at: parentFD, name)
+            removed.append(name)
+        }
+        return removed
+    }
+}

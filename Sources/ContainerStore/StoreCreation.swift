@@ -19,7 +19,10 @@ extension Store {
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: path)
 
-        let staging = try buildAside(in: parentFD, beside: leaf, "creating", bundle: bundlePath, seal: seal, path: path)
+        // What an earlier create of this path left when it was killed goes first.
+        StagingName.removeAbandoned(in: parentFD, beside: leaf, "creating")
+        let (staging, lock) = try buildAsideHeld(in: parentFD, beside: leaf, "creating", bundle: bundlePath, seal: seal, path: path)
+        defer { close(lock) }
         do {
             try withCName(staging) { (from) throws(Errno) in
                 try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
@@ -36,10 +39,21 @@ extension Store {
     /// that name; a failure leaves nothing behind. `path` names the target for messages.
     public static func buildAside(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
                                   seal: Seal?, path: String) throws(UserError) -> [UInt8] {
+        let built = try buildAsideHeld(in: parentFD, beside: leaf, purpose, bundle: bundlePath, seal: seal, path: path)
+        close(built.lock)
+        return built.name
+    }
+
+    /// `buildAside`, also returning a descriptor of the folder that holds this run's lock on
+    /// it (`StagingName.createHeld`): the caller closes it once the folder is renamed into
+    /// place or removed, and until then no later run takes the folder for abandoned.
+    public static func buildAsideHeld(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
+                                      seal: Seal?, path: String) throws(UserError) -> (name: [UInt8], lock: Int32) {
         let bundleName = try checkBundle(bundlePath)
         let staging: [UInt8]
+        let lock: Int32
         do {
-            staging = try StagingName.create(beside: leaf, purpose) { mkdirat(parentFD, $0, 0o700) }.name
+            (staging, lock) = try StagingName.createHeld(in: parentFD, beside: leaf, purpose, folder: true, mode: 0o700)
         } catch {
             throw UserError("cannot create \(path): \(error)")
         }
@@ -49,10 +63,11 @@ extension Store {
             try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
         } catch {
             removeTree(at: parentFD, staging)
+            close(lock)
             if let error = error as? UserError { throw error }
             throw UserError("cannot create \(path): \(error)")
         }
-        return staging
+        return (staging, lock)
     }
 
     /// A last step of `create` on the staging store: its root and state folder descriptors
@@ -164,9 +179,10 @@ public func removeContents(of fd: Int32, keeping keep: ([UInt8]) -> Bool = { _ i
     // Each level: its name in the level above, and its entries still to remove.
     var levels: [(name: [UInt8], entries: [[UInt8]])] = [([], names(fd).filter { !keep($0) })]
     var left = 0
-    while let level = levels.last {
-        if let entry = level.entries.last {
-            levels[levels.count - 1].entries.removeLast()
+    // The top level is popped in place: a copy of it (`levels.last`) would make each
+    // removal copy its entries, quadratic in a folder.
+    while !levels.isEmpty {
+        if let entry = levels[levels.count - 1].entries.popLast() {
             if withCName(entry, { unlinkat(chain.fd, $0, 0) }) == 0 { continue }
             guard (try? chain.enter(entry)) != nil else {
                 if levels.count == 1 { left += 1 }
@@ -174,7 +190,7 @@ public func removeContents(of fd: Int32, keeping keep: ([UInt8]) -> Bool = { _ i
             }
             levels.append((entry, names(chain.fd)))
         } else if levels.count > 1 {
-            levels.removeLast()
+            let level = levels.removeLast()
             guard (try? chain.leave()) != nil else { return left + 1 }  // moved while removed
             if withCName(level.name, { unlinkat(chain.fd, $0, AT_REMOVEDIR) }) != 0, levels.count == 1 { left += 1 }
         } else {

@@ -25,19 +25,20 @@ enum TreeCopy {
         // and the names still to copy. `components` names the level for messages.
         var levels: [(info: stat, names: [[UInt8]])] = [(info, try Directory.entries(of: sourceFD).map(\.name))]
         var components = relative.components
-        while let level = levels.last {
-            guard let entry = level.names.last else {
-                try sys { fchmod(targets.fd, HandedOverMode.folder(level.info.st_mode)) }
-                var times = [level.info.st_atim, level.info.st_mtim]
+        // The top level is popped in place, never through a copy of it (`levels.last`
+        // would share its names, and each removal would copy them: quadratic in a folder).
+        while !levels.isEmpty {
+            guard let entry = levels[levels.count - 1].names.popLast() else {
+                let folder = levels.removeLast().info
+                try sys { fchmod(targets.fd, HandedOverMode.folder(folder.st_mode)) }
+                var times = [folder.st_atim, folder.st_mtim]
                 try sys { futimens(targets.fd, &times) }
-                levels.removeLast()
                 if levels.isEmpty { break }
                 try sources.leave()
                 try targets.leave()
                 components.removeLast()
                 continue
             }
-            levels[levels.count - 1].names.removeLast()
             try withCName(entry) { (cname) throws(Errno) in _ = try sys { fstatat(sources.fd, cname, &info, AT_SYMLINK_NOFOLLOW) } }
             switch info.st_mode & S_IFMT {
             case S_IFDIR:

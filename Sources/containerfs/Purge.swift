@@ -19,7 +19,8 @@ struct PurgeCommand: ParsableCommand {
             'containerfs purge ~/A --tmp --older-than 3d' (the periodic sweep of tmp).
             --until-free SIZE|PERCENT frees space in each store not running, against its capacity \
             (see 'containerfs capacity'): tmp first, then caches least recently used first, only \
-            until that much is free, e.g. 'containerfs purge ~/A --caches --tmp --until-free 20%'.
+            until that much is free, e.g. 'containerfs purge ~/A --caches --tmp --until-free 20%'. \
+            A mounted store is refused (exit 1), even when nothing would have to go.
             """)
 
     @Argument(help: "Container stores, all on one device.")
@@ -58,6 +59,13 @@ struct PurgeCommand: ParsableCommand {
             var opened: [Store] = []
             for path in stores { opened.append(try Store.open(path)) }
             if let untilFree {
+                // A running app is never purged, whether or not anything would have to go:
+                // every store is checked before any is touched.
+                for store in opened {
+                    if let holder = MountLock.holder(store) {
+                        throw UserError("\(store.path) is in use (pid \(holder.pid), mounted at \(holder.mountpoint)): a running container is never purged; nothing was purged")
+                    }
+                }
                 for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
                 return
             }

@@ -14,7 +14,9 @@ struct LaunchesTests {
             ])
     }
 
-    @Test func theSameSeedChoosesTheSameFiles() {
+    /// The draw alone; that `run --launches --seed` replays the same files end to end is
+    /// `LifecycleTests.randomPurgesReplay`.
+    @Test func theSameGeneratorStateDrawsTheSameChoice() {
         for seed in [0, 7, 42, UInt64.max] as [UInt64] {
             var first = SplitMix64(seed: seed), second = SplitMix64(seed: seed)
             for _ in 0..<20 {

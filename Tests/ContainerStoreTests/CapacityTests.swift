@@ -32,22 +32,45 @@ struct CapacitySettingTests {
         #expect(Capacity.read(store) == nil)
     }
 
+    /// An oracle that is not `usedBytes`: GNU du's allocated bytes of the store (every
+    /// inode once, so hard links once), the state folder excluded.
+    private func du(_ store: Store) throws -> Int64 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/du")
+        process.arguments = ["--summarize", "--block-size=1", "--exclude=.containerfs", store.path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return Int64(output.prefix { $0.isNumber }) ?? -1
+    }
+
     @Test func usedBytesCountsBlocksOnceAndSkipsTheStateFolder() throws {
         let (store, base) = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: base) }
-        let before = Capacity.usedBytes(rootFD: store.rootFD)
+        #expect(Capacity.usedBytes(rootFD: store.rootFD) == (try du(store)))
+        // A file of 100,000 bytes holds at least that many in blocks, as du sees it.
+        let empty = try du(store)
         try Data(repeating: 7, count: 100_000).write(to: URL(fileURLWithPath: store.path + "/Documents/a"))
-        var info = stat()
-        #expect(stat(store.path + "/Documents/a", &info) == 0)
-        let fileBytes = Capacity.blockBytes(info)
-        #expect(fileBytes >= 100_000)
-        #expect(Capacity.usedBytes(rootFD: store.rootFD) == before + fileBytes)
-        // A second link to the same file adds nothing.
+        let withFile = try du(store)
+        #expect(withFile - empty >= 100_000)
+        #expect(Capacity.usedBytes(rootFD: store.rootFD) == withFile)
+        // A second link to the same file adds nothing (du counts it once too).
         #expect(link(store.path + "/Documents/a", store.path + "/Library/b") == 0)
-        #expect(Capacity.usedBytes(rootFD: store.rootFD) == before + fileBytes)
+        #expect(try du(store) == withFile)
+        #expect(Capacity.usedBytes(rootFD: store.rootFD) == withFile)
+        // A sparse file counts its blocks, not its size.
+        let sparse = open(store.path + "/Documents/sparse", O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        #expect(sparse >= 0 && ftruncate(sparse, 64 << 20) == 0)
+        close(sparse)
+        #expect(try du(store) < withFile + (1 << 20))
+        #expect(Capacity.usedBytes(rootFD: store.rootFD) == (try du(store)))
         // The state folder does not count.
+        let before = try du(store)
         try Data(repeating: 1, count: 200_000).write(to: URL(fileURLWithPath: store.path + "/.containerfs/big"))
-        #expect(Capacity.usedBytes(rootFD: store.rootFD) == before + fileBytes)
+        #expect(try du(store) == before)
+        #expect(Capacity.usedBytes(rootFD: store.rootFD) == before)
     }
 
     @Test func saturatingArithmetic() {

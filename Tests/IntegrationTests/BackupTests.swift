@@ -169,3 +169,81 @@ struct BackupCLITests {
         }
     }
 }
+
+/// `kill -9` of a local backup or restore mid-run (issue 26 §3): its working sibling stays
+/// (nothing can remove it then), a run at the same time never takes a live run's for
+/// abandoned, and the next run to that destination removes it.
+@Suite("Runs killed mid-way", .serialized)
+struct KilledRunTests {
+    /// The entries of `folder` whose names start with `prefix`.
+    private func entries(_ folder: String, _ prefix: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(prefix) }.sorted()
+    }
+
+    /// Starts `arguments`, and stops it (SIGSTOP) as soon as `folder` holds an entry
+    /// starting with `prefix`: the run is then mid-way, its working sibling made and not yet
+    /// renamed into place. Returns the program and the sibling's name.
+    private func stoppedMidRun(_ arguments: [String], _ folder: String, _ prefix: String) throws -> (BackgroundProgram, String) {
+        let program = try BackgroundProgram(arguments)
+        let deadline = Date().addingTimeInterval(60)
+        while entries(folder, prefix).isEmpty, program.process.isRunning, Date() < deadline { usleep(500) }
+        kill(program.pid, SIGSTOP)
+        let found = entries(folder, prefix)
+        try #require(found.count == 1, "\(arguments) was not caught mid-run: \(program.wait(seconds: 0))")
+        return (program, found[0])
+    }
+
+    /// Makes a store of about 384 MiB of data: long enough to be caught mid-run.
+    private func bigContainer() throws -> MountedContainer {
+        let container = try MountedContainer()
+        let made = try runProgram(["sh", "-c", "head -c 384M /dev/zero > '\(container.stored("Documents/big")))'"])
+        try #require(made.status == 0, "\(made)")
+        return container
+    }
+
+    @Test func aKilledBackupsPartialArchiveGoesAtTheNextBackup() throws {
+        let container = try bigContainer()
+        let out = container.base + "/out"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+        let archive = out + "/backup.tar"
+        let (killed, partial) = try stoppedMidRun([containerfsBinary, "backup", container.store, archive], out, ".backup.tar.partial-")
+        #expect(!FileManager.default.fileExists(atPath: archive))
+        // A backup while the first lives (stopped): the live run's partial archive stays.
+        let meanwhile = try containerfs(["backup", container.store, archive])
+        #expect(meanwhile.status == 0, "\(meanwhile)")
+        #expect(entries(out, ".backup.tar.partial-") == [partial], "a live run's partial archive was removed")
+        kill(killed.pid, SIGKILL)
+        kill(killed.pid, SIGCONT)
+        #expect(killed.wait(seconds: 10).status == 128 + SIGKILL)
+        #expect(entries(out, ".backup.tar.partial-") == [partial], "kill -9 left it (nothing could remove it)")
+        // The next backup to that archive removes what the dead run left.
+        let next = try containerfs(["backup", container.store, archive])
+        #expect(next.status == 0, "\(next)")
+        #expect(entries(out, "") == ["backup.tar"])
+        // Another archive's partial, and a name that only looks alike, are not its own.
+        for name in [".other.tar.partial-abcdefABCDEF", ".backup.tar.partial-short", ".backup.tar.partial-abcdefABCDE!"] {
+            FileManager.default.createFile(atPath: out + "/" + name, contents: Data("x".utf8))
+        }
+        #expect(try containerfs(["backup", container.store, archive]).status == 0)
+        #expect(entries(out, ".").count == 3)
+    }
+
+    @Test func aKilledRestoresWorkingFolderGoesAtTheNextRestore() throws {
+        let container = try bigContainer()
+        let archive = container.base + "/backup.tar"
+        let backup = try containerfs(["backup", container.store, archive])
+        try #require(backup.status == 0, "\(backup)")
+        let target = container.base + "/restored"
+        let restore = [containerfsBinary, "restore", archive, target, "--bundle", container.base + "/Demo.app"]
+        let (killed, working) = try stoppedMidRun(restore, container.base, ".restored.restoring-")
+        kill(killed.pid, SIGKILL)
+        kill(killed.pid, SIGCONT)
+        #expect(killed.wait(seconds: 10).status == 128 + SIGKILL)
+        #expect(entries(container.base, ".restored.restoring-") == [working], "kill -9 left it (nothing could remove it)")
+        #expect(!FileManager.default.fileExists(atPath: target))
+        let next = try containerfs(Array(restore.dropFirst()))
+        #expect(next.status == 0, "\(next)")
+        #expect(entries(container.base, ".restored.") == [])
+        #expect(try containerfs(["verify", target]).status == 0)
+    }
+}

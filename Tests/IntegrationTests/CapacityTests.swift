@@ -286,7 +286,9 @@ struct CapacityTests {
 
     /// Two deliveries at once that each fit alone but not together: the second waits for
     /// the first from its check to its rename, then sees it and is refused. The first is
-    /// held stopped right after its check (CONTAINERFS_TEST_STOP_AT) to open the window.
+    /// held stopped right after its check (CONTAINERFS_TEST_STOP_AT) to open the window;
+    /// the second is seen waiting for the delivery lock in /proc/locks (a blocked `flock`
+    /// on the state folder's `incoming`, held by the first), not assumed after a sleep.
     @Test func twoDeliveriesAtOnceAreHeldToTheCapacityTogether() throws {
         let container = try MountedContainer()
         try Self.setCapacity(container, "4M")
@@ -314,7 +316,22 @@ struct CapacityTests {
             if second.isRunning { kill(second.processIdentifier, SIGKILL) }
             second.waitUntilExit()
         }
-        usleep(1_000_000)
+        // The lock is the state folder's `incoming`: the first holds it, the second waits.
+        var lockFolder = stat()
+        try #require(stat(container.stored(".containerfs/incoming"), &lockFolder) == 0)
+        let inode = ":\(lockFolder.st_ino) "
+        func locks() -> [Substring] {
+            let text = (try? String(contentsOfFile: "/proc/locks", encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").filter { $0.contains("FLOCK") && $0.contains(inode) }
+        }
+        let waiting = Date().addingTimeInterval(30)
+        while Date() < waiting, second.isRunning, !locks().contains(where: { $0.contains("-> FLOCK") && $0.contains(" \(second.processIdentifier) ") }) {
+            usleep(5_000)
+        }
+        let seen = locks()
+        #expect(seen.contains { !$0.contains("->") && $0.contains(" \(first.processIdentifier) ") }, "the first holds the lock: \(seen)")
+        #expect(seen.contains { $0.contains("-> FLOCK") && $0.contains(" \(second.processIdentifier) ") }, "the second waits for it: \(seen)")
+        #expect(second.isRunning, "the second must wait for the first, not finish")
         kill(first.processIdentifier, SIGCONT)
         first.waitUntilExit()
         second.waitUntilExit()
@@ -448,9 +465,9 @@ struct CapacityTests {
         let launches = try containerfs(["run", container.store, "--launches", "2", "--purge-between", "caches", "--", "true"])
         try #require(launches.status == 0, "\(launches)")
         #expect(access(container.stored("Library/Caches/c"), F_OK) != 0, "purged between launches")
-        if let after = try? String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) {
-            #expect(Int(after) == (try Self.storeBytes(container.store)), "recorded \(after)")
-        }
+        // The summary must be there: no summary is a failure, not a pass.
+        let after = try String(contentsOfFile: summary, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(Int(after) == (try Self.storeBytes(container.store)), "recorded \(after)")
     }
 
     /// A store of capacity 8M holding 7M: 1M in tmp, two 2M caches (old, then new), 2M of documents.

@@ -276,6 +276,121 @@ struct ProtectionThroughMountTests {
         }
     }
 
+    /// `mknod` of a regular file is a creation like `open(O_CREAT)`: refused in a `complete`
+    /// folder while locked, allowed in a `none` folder (issue 26 §2).
+    static let mknodProgram = #"""
+    import os, stat, subprocess, sys
+    cfs, store, root = sys.argv[1:4]
+    for cls in ["complete", "none"]:
+        os.makedirs(f"{root}/Documents/{cls}")
+        os.setxattr(f"{root}/Documents/{cls}", "user.containerfs.protection", cls.encode())
+    subprocess.run([cfs, "lock", store], check=True, stdout=subprocess.DEVNULL)
+    for cls in ["complete", "none"]:
+        for way, make in [("mknod", lambda p: os.mknod(p, stat.S_IFREG | 0o644)),
+                          ("creat", lambda p: os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)))]:
+            try:
+                make(f"{root}/Documents/{cls}/{way}")
+                print(cls, way, "ok")
+            except OSError as error:
+                print(cls, way, os.strerror(error.errno))
+    """#
+
+    @Test("mknod of a regular file in a complete folder while locked is refused as open(O_CREAT) is")
+    func mknodWhileLocked() throws {
+        try withMountedContainer { container in
+            let program = container.base + "/mknod.py"
+            try Self.mknodProgram.write(toFile: program, atomically: true, encoding: .utf8)
+            let result = try runProgram(["python3", program, containerfsBinary, container.store, container.mountpoint])
+            #expect(result.status == 0, "\(result)")
+            #expect(result.stdout == """
+                complete mknod Operation not permitted
+                complete creat Operation not permitted
+                none mknod ok
+                none creat ok
+
+                """, "\(result)")
+            #expect(!FileManager.default.fileExists(atPath: container.stored("Documents/complete/mknod")))
+            let records = try container.waitForAudit(count: 2)
+            #expect(records.contains { $0["operation"] as? String == "mknod" && $0["rule"] as? String == "protectedDataUnavailable" }, "\(records)")
+        }
+    }
+
+    /// A class changed behind the mount while files are open: the daemon reads the class
+    /// at every open, and again before it refuses a guarded descriptor, so the data is
+    /// served as the class now says; no open fails with EIO because other descriptors of
+    /// the file took the kernel's other I/O path (issue 26 §2, docs/protection.md).
+    static let classChangeProgram = #"""
+    import os, subprocess, sys
+    cfs, store, root = sys.argv[1:4]
+    def ctl(*words):
+        subprocess.run([cfs, *words], check=True, stdout=subprocess.DEVNULL)
+    def attempt(label, body):
+        try:
+            print(label, body())
+        except OSError as error:
+            print(label, os.strerror(error.errno))
+    def read(name):
+        with open(f"{root}/Documents/{name}", "rb") as f:
+            return f.read().decode()
+    for cls in ["complete", "none"]:
+        os.makedirs(f"{root}/Documents/{cls}")
+        os.setxattr(f"{root}/Documents/{cls}", "user.containerfs.protection", cls.encode())
+        with open(f"{root}/Documents/{cls}/f", "w") as f:
+            f.write(cls)
+    # Downgraded while locked, a descriptor open on it (guarded, through the page cache).
+    held = os.open(f"{root}/Documents/complete/f", os.O_RDONLY)
+    os.pread(held, 100, 0)
+    ctl("lock", store)
+    attempt("locked open", lambda: read("complete/f"))
+    attempt("locked held", lambda: os.pread(held, 100, 0).decode())
+    ctl("protect", f"{store}/Documents/complete/f", "--class", "none")
+    attempt("downgraded open", lambda: read("complete/f"))
+    attempt("downgraded open again", lambda: read("complete/f"))
+    attempt("downgraded held", lambda: os.pread(held, 100, 0).decode())
+    os.close(held)
+    ctl("unlock", store)
+    # Upgraded while unlocked, a descriptor open on it (passed through, when root's).
+    held = os.open(f"{root}/Documents/none/f", os.O_RDONLY)
+    os.pread(held, 100, 0)
+    ctl("protect", f"{store}/Documents/none/f", "--class", "complete")
+    attempt("upgraded open", lambda: read("none/f"))
+    ctl("lock", store)
+    attempt("upgraded locked open", lambda: read("none/f"))
+    os.close(held)
+    attempt("upgraded locked open after close", lambda: read("none/f"))
+    ctl("unlock", store)
+    attempt("unlocked open", lambda: read("none/f"))
+    """#
+
+    @Test("a class changed from outside applies at the next open, deterministically, whatever is open", arguments: [nil, "cfs-alice"])
+    func classChangedBehindTheMount(_ user: String?) throws {
+        try withMountedContainer(user: user) { container in
+            let folder = try makeTemporaryDirectory()
+            defer { _ = try? runProgram(["rm", "-rf", folder]) }
+            chmod(folder, 0o755)
+            let program = folder + "/class-change.py"
+            try Self.classChangeProgram.write(toFile: program, atomically: true, encoding: .utf8)
+            chmod(program, 0o644)
+            for round in 0..<3 {
+                _ = try? runProgram(["sh", "-c", "rm -rf '\(container.mounted("Documents/complete"))' '\(container.mounted("Documents/none"))'"], user: user)
+                let result = try runProgram(["/usr/bin/python3", program, containerfsBinary, container.store, container.mountpoint], user: user, directory: "/")
+                #expect(result.status == 0, "\(result)")
+                #expect(result.stdout == """
+                    locked open Operation not permitted
+                    locked held Operation not permitted
+                    downgraded open complete
+                    downgraded open again complete
+                    downgraded held complete
+                    upgraded open none
+                    upgraded locked open Operation not permitted
+                    upgraded locked open after close Operation not permitted
+                    unlocked open none
+
+                    """, "round \(round): \(result)")
+            }
+        }
+    }
+
     @Test("run --locked: locked since boot, the denials counted in the summary")
     func runLocked() throws {
         let container = try MountedContainer()

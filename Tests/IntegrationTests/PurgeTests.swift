@@ -65,6 +65,27 @@ struct PurgeTests {
         #expect(text.stdout.contains("would free 10 bytes"))
     }
 
+    /// `--until-free` refuses a mounted store (exit 1, docs/purge.md) even when nothing would
+    /// have to go, and touches no store named with it (issue 26 §3).
+    @Test func untilFreeRefusesAMountedStoreEvenWhenNothingWouldGo() throws {
+        let idle = try MountedContainer()
+        try Purging.write(idle.stored("tmp/scratch"), size: 100)
+        try withMountedContainer { container in
+            try Purging.write(container.mounted("Library/Caches/a"), size: 100)
+            for stores in [[container.store], [idle.store, container.store]] {
+                let result = try containerfs(["purge"] + stores + ["--caches", "--tmp", "--until-free", "1K"])
+                #expect(result.status == 1 && result.stderr.contains("\(container.store) is in use"), "\(result)")
+                #expect(result.stderr.split(separator: "\n").count == 1 && result.stdout.isEmpty, "\(result)")
+            }
+            #expect(access(container.stored("Library/Caches/a"), F_OK) == 0)
+            #expect(access(idle.stored("tmp/scratch"), F_OK) == 0)
+        }
+        // Not mounted, with that much free: nothing goes, exit 0.
+        let idleAlone = try containerfs(["purge", idle.store, "--caches", "--tmp", "--until-free", "1K"])
+        #expect(idleAlone.status == 0 && idleAlone.stdout.isEmpty, "\(idleAlone)")
+        #expect(access(idle.stored("tmp/scratch"), F_OK) == 0)
+    }
+
     @Test func mountedContainersAreSkippedUnlessIncludedAndThenTheMountSeesThePurgeAtOnce() throws {
         try withMountedContainer { container in
             try Purging.seedUserData(container)
