@@ -17,7 +17,7 @@ private func fileSystem(_ request: fuse_req_t?) -> FileSystem {
 private func caller(_ request: fuse_req_t?) -> Caller {
     let context = fuse_req_ctx(request)!.pointee
     let ids = fileSystem(request).ownerMapping?.recorded(uid: context.uid, gid: context.gid) ?? (uid: context.uid, gid: context.gid)
-    return Caller(uid: ids.uid, gid: ids.gid, pid: context.pid, umask: context.umask, request: request)
+    return Caller(uid: ids.uid, gid: ids.gid, kernelUID: context.uid, pid: context.pid, umask: context.umask, request: request)
 }
 
 extension Caller {

@@ -36,8 +36,10 @@ final class ControlServer: @unchecked Sendable {
 
     /// Clients served at once at most; more wait in the listen queue.
     static let maxClients = 64
-    /// How long a client may stay silent before it is dropped.
+    /// How long a client may stay silent before it is dropped, and how long it is served at
+    /// most, so that clients that keep talking cannot hold every place either.
     static let clientTimeout = timeval(tv_sec: 10, tv_usec: 0)
+    static let clientDeadline: Double = 60
     private let clients = Mutex(0)
     /// What clients ask is done one at a time, as when one client was served at a time;
     /// only their waiting overlaps.
@@ -82,7 +84,8 @@ final class ControlServer: @unchecked Sendable {
     private func handle(_ client: Int32) {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
         var changedBehind = false
-        while true {
+        let start = monotonicSeconds()
+        while monotonicSeconds() - start < Self.clientDeadline {
             let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
             if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
@@ -116,6 +119,12 @@ final class ControlServer: @unchecked Sendable {
         let reply = Array("ok \(cfuse_uring_requests())\(used)".utf8)
         _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
+}
+
+private func monotonicSeconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }
 
 extension FileSystem {

@@ -6,8 +6,13 @@ import Glibc
 
 /// Who asked: the identity the kernel attaches to a request.
 struct Caller {
+    /// The ids as the store records them (`OwnerMapping.recorded`: the store owner's for
+    /// the app user of root's `run`).
     let uid: uid_t
     let gid: gid_t
+    /// The uid the kernel sent: whose request it is, for the audit log and for root's
+    /// privileges (the app user mapped to a root store owner is not root).
+    var kernelUID: uid_t
     let pid: pid_t
     /// The caller's umask, sent with creations (0 for other requests). The kernel leaves
     /// applying it to the daemon (`FUSE_CAP_DONT_MASK`), so that the store's own file
@@ -76,7 +81,7 @@ final class FileSystem: @unchecked Sendable {
         guard case .deny(let denial) = Policy.decide(operation) else { return }
         if denial.isAudited {
             let named = paths()
-            audit.record(pid: caller.pid, uid: caller.uid, operation: "\(name)",
+            audit.record(pid: caller.pid, uid: caller.kernelUID, operation: "\(name)",
                          paths: named.map(\.0), areas: named.map(\.1.area), denial: denial)
         }
         throw Errno(denial.errno)
@@ -189,7 +194,7 @@ final class FileSystem: @unchecked Sendable {
         let info = try attributes(node)
         let mode = Self.modeWithoutSetIDBits(info, for: caller)
         guard mode != info.st_mode & 0o7777 else { return }
-        guard caller.uid == 0 || caller.uid == info.st_uid || Self.mayWrite(caller, info) else { throw Errno(EPERM) }
+        guard caller.kernelUID == 0 || caller.uid == info.st_uid || Self.mayWrite(caller, info) else { throw Errno(EPERM) }
         try check(.changeMetadata(location), caller, "chown", [(path(node), location)])
         try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_fchmod_path_fd(fd, mode) } }
     }

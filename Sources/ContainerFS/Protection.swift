@@ -263,7 +263,7 @@ extension FileSystem {
     }
 
     private func record(_ caller: Caller, _ operation: StaticString, _ node: Inode, _ location: Location) {
-        audit.record(pid: caller.pid, uid: caller.uid, operation: "\(operation)", paths: [inodes.path(of: node)],
+        audit.record(pid: caller.pid, uid: caller.kernelUID, operation: "\(operation)", paths: [inodes.path(of: node)],
                      areas: [location.area], denial: .protectedDataUnavailable)
     }
 }

@@ -66,8 +66,8 @@ public struct MountOptions: Sendable {
             case "debug": options.debug = true
             case "appuser":
                 let ids = parts.count == 2 ? parts[1].split(separator: ":", omittingEmptySubsequences: false) : []
-                guard ids.count == 2, let uid = uid_t(ids[0]), let gid = gid_t(ids[1]), uid != 0, uid != uid_t.max, gid != gid_t.max else {
-                    throw UserError.usage("bad mount option '\(item)': appuser takes a user's ids other than root's, as appuser=994:993")
+                guard ids.count == 2, let uid = uid_t(ids[0]), let gid = gid_t(ids[1]), uid != 0, gid != 0, uid != uid_t.max, gid != gid_t.max else {
+                    throw UserError.usage("bad mount option '\(item)': appuser takes a user's uid and gid, neither 0, as appuser=994:993")
                 }
                 options.appUser = (uid, gid)
             case "timeout":

@@ -112,6 +112,13 @@ extension MountDaemon {
             }
             throw UserError("cannot unmount \(mountpoint): \(result.output.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
+        // A run's mount unmounted by hand (its `run` was killed): its /dev nodes and run
+        // folder go with it, as the run would have removed them.
+        let parent = (entry.mountpoint as NSString).deletingLastPathComponent
+        if (parent as NSString).lastPathComponent.hasPrefix("containerfs-run-"), (parent as NSString).deletingLastPathComponent == "/tmp" {
+            Sandbox.removeDevices(in: parent + "/dev")
+            if !lazy { rmdir(entry.mountpoint); rmdir(parent) }
+        }
         // The daemon takes a moment to exit after the kernel lets go; wait for its lock, but
         // only if it is this mount's daemon: a dead mount's store may be mounted elsewhere now.
         guard !lazy, let store = try? Store.open(entry.source, changing: false),

@@ -53,6 +53,11 @@ public struct Run {
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
         let sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        // Stores are made 0700 now; an older one lets other users in through what the program makes.
+        var top = stat()
+        if fstat(opened.rootFD, &top) == 0, top.st_mode & 0o007 != 0 {
+            warn("other users can read \(store) on disk (mode \(String(top.st_mode & 0o777, radix: 8))): close it with 'chmod 700 \(store)'")
+        }
         // From here on a SIGINT, SIGTERM or SIGHUP cannot end `run` before it has cleaned up.
         let relay = SignalRelay()
         let lock = try RunLock(store: opened)
@@ -295,16 +300,17 @@ public struct Run {
     }
 
     /// A private folder to mount the container in: `/tmp/containerfs-run-XXXXXX/container`,
-    /// the parent 0700 and, for root's program, `owner`'s, so that nobody else can reach the mount.
+    /// the parent 0700 so that nobody else can reach the mount. For root's program the parent
+    /// is `root:_containerfs` 0750: its user can enter it, but not change what root works on in it.
     private static func makeMountpoint(owner: HostAppUser?) throws(UserError) -> String {
         var template = Array("/tmp/containerfs-run-XXXXXX".utf8CString)
         guard let base = mkdtemp(&template) else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
         let mountpoint = MountEntry.absolute(String(cString: base) + "/container")
         guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
-        if let owner, chown(base, owner.uid, owner.gid) != 0 || chown(mountpoint, owner.uid, owner.gid) != 0 {
+        if let owner, chown(base, 0, owner.gid) != 0 || chmod(base, 0o750) != 0 {
             let error = Errno.current
             removeMountpoint(mountpoint)
-            throw UserError("cannot give the run folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
+            throw UserError("cannot open the run folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
         }
         return mountpoint
     }

@@ -197,7 +197,7 @@ public struct Sandbox {
 
     /// Unmounts and removes what `makeDevices` made, if anything.
     static func removeDevices(in folder: String) {
-        while umount2(folder, Int32(MNT_DETACH)) == 0 {}
+        while umount2(folder, Int32(MNT_DETACH) | Int32(UMOUNT_NOFOLLOW)) == 0 {}
         rmdir(folder)
     }
 
@@ -245,8 +245,11 @@ public struct HostAppUser: Sendable {
 
     /// Looks the user up; fails with one line when it is missing or is root.
     static func find() throws(UserError) -> HostAppUser {
-        guard let entry = getpwnam(name), entry.pointee.pw_uid != 0 else {
+        guard let entry = getpwnam(name) else {
             throw UserError("user \(name), whom root's confined programs run as, does not exist: create it with 'useradd --system --user-group --no-create-home --shell /usr/sbin/nologin \(name)' (the package makes it)")
+        }
+        guard entry.pointee.pw_uid != 0, entry.pointee.pw_gid != 0 else {
+            throw UserError("user \(name) has uid or gid 0, so root's confined programs would be root on the host: give it ids of its own (userdel \(name), then useradd --system --user-group … as the package does)")
         }
         return HostAppUser(uid: entry.pointee.pw_uid, gid: entry.pointee.pw_gid)
     }

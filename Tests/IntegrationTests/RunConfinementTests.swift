@@ -326,6 +326,23 @@ struct RunConfinementTests {
 
     // MARK: Set-ID files
 
+    /// Root's program owns the store owner's files, and no other: it cannot clear the
+    /// set-ID bits of another user's file (`chown(f, -1, -1)`), as natively (a review's
+    /// finding: the app user mapped to root had root's pass in the daemon's own check).
+    @Test func theProgramCannotClearAnotherUsersSetIDBits() throws {
+        let container = try MountedContainer()
+        let alice = try #require(getpwnam("cfs-alice"))
+        let file = container.stored("Documents/helper")
+        try Data("#!/bin/sh\n".utf8).write(to: URL(fileURLWithPath: file))
+        chown(file, alice.pointee.pw_uid, alice.pointee.pw_gid)
+        chmod(file, 0o6755)
+        let result = try inside(container, #"python3 -c 'import os; os.chown("Documents/helper", -1, -1)' 2>&1 | tail -1"#)
+        #expect(result.stdout.contains("PermissionError"), "\(result)")
+        var info = stat()
+        #expect(stat(file, &info) == 0 && info.st_mode & 0o7777 == 0o6755, "mode now \(String(info.st_mode & 0o7777, radix: 8))")
+        try expectCleanedUp(container)
+    }
+
     /// A program root runs makes files owned by root in the store, which sits on an ordinary
     /// file system: none may be set-user-ID or set-group-ID, however it tries.
     @Test(arguments: runners)

@@ -323,6 +323,24 @@ struct RunTests {
         try expectCleanedUp(container)
     }
 
+    /// `containerfs unmount` of the mount a killed run left clears the rest of its run
+    /// folder too: the read-only tmpfs of root's program's /dev nodes, and the folder.
+    @Test func unmountingAKilledRunsMountClearsItsRunFolder() throws {
+        let container = try MountedContainer()
+        let run = try BackgroundProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", "touch Documents/ready; sleep 60"])
+        #expect(waitForFile(container.stored("Documents/ready")))
+        kill(run.pid, SIGKILL)
+        _ = run.wait()
+        let mountpoint = try #require(containerMounts(of: container.store).first)
+        let folder = (mountpoint as NSString).deletingLastPathComponent
+        #expect(mountTable().contains { $0.mountpoint == folder + "/dev" }, "root's run has its /dev tmpfs")
+        let unmounted = try containerfs(["unmount", mountpoint])
+        #expect(unmounted.status == 0, "\(unmounted)")
+        #expect(!mountTable().contains { $0.mountpoint.hasPrefix(folder + "/") }, "left mounted in \(folder)")
+        #expect(!FileManager.default.fileExists(atPath: folder), "\(folder) is left")
+        try expectCleanedUp(container)
+    }
+
     @Test func aSecondRunOfTheSameStoreIsRefused() throws {
         let container = try MountedContainer()
         let input = Pipe()
