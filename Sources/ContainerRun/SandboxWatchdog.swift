@@ -29,7 +29,7 @@ final class SandboxWatchdog: @unchecked Sendable {
                 close(initFD)
                 done.signal()
             }
-            guard let (program, programFD) = openProgram(of: initPID) else { return }
+            guard let (program, programFD) = openProgram(of: initPID, initFD: initFD) else { return }
             defer { close(programFD) }
             // Until the program ends, or the run ends without us.
             while !stopped.load(ordering: .relaxed), !ended(programFD, within: 0.2) {}
@@ -58,9 +58,11 @@ final class SandboxWatchdog: @unchecked Sendable {
         done.wait()
     }
 
-    /// The init's first child and a pidfd of it, once the init has started it (a second at most).
-    private func openProgram(of initPID: pid_t) -> (pid_t, Int32)? {
-        for _ in 0..<50 where !stopped.load(ordering: .relaxed) {
+    /// The init's first child and a pidfd of it, once the init has started it; nil when
+    /// the run or the init ends first. No time limit: on a loaded machine the init can take
+    /// seconds to fork, and a watchdog that gave up would leave a stopped init unwatched.
+    private func openProgram(of initPID: pid_t, initFD: Int32) -> (pid_t, Int32)? {
+        while !stopped.load(ordering: .relaxed), !ended(initFD, within: 0) {
             let children = (try? String(contentsOfFile: "/proc/\(initPID)/task/\(initPID)/children", encoding: .utf8)) ?? ""
             if let first = children.split(separator: " ").first.flatMap({ pid_t($0) }) {
                 let fd = clinux_pidfd_open(first)

@@ -128,8 +128,9 @@ final class SignalRelay: @unchecked Sendable {
         case .sandbox(let initPID, let sharesTerminal):
             if fromKernel, sharesTerminal { return }
             // bubblewrap's init ignores signals from outside its namespace: reach the
-            // program itself. It may not be forked yet just after the start.
-            let deadline = monotonicSeconds() + 2
+            // program itself. It may not be forked yet just after the start, which on a
+            // loaded machine can take seconds.
+            let deadline = monotonicSeconds() + 15
             while true {
                 if let pid = Self.program(initPID: initPID) {
                     kill(pid, signal)
