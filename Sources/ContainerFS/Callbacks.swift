@@ -183,7 +183,7 @@ func makeOperations() -> fuse_lowlevel_ops {
             let path = fs.openPath(ino, guarded: &guarded, directIO: direct)
             let backing = setHandle(info, fd, path, directIO: direct)
             if guarded { markGuarded(info, ino, fs) }
-            fs.countOpened(ino)
+            fs.countOpened(ino, fd)
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(ino) }
                 fs.protection.releasedPath(ino, info!.pointee.fh)
@@ -205,7 +205,7 @@ func makeOperations() -> fuse_lowlevel_ops {
             let path = fs.openPath(entry.ino, guarded: &guarded, directIO: direct)
             let backing = setHandle(info, fd, path, directIO: direct)
             if guarded { markGuarded(info, entry.ino, fs) }
-            fs.countOpened(entry.ino)
+            fs.countOpened(entry.ino, fd)
             entry.attr = fs.shown(entry.attr)
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(entry.ino) }

@@ -168,6 +168,12 @@ final class SpaceAccount: Sendable {
         held.withLock { _ = $0.unlinked.remove(key) }
     }
 
+    /// Records that the open file `key` has no name, unless that was known; true when it
+    /// was not (its blocks were given back at the removal).
+    func holdUnlinked(_ key: InodeKey) -> Bool {
+        held.withLock { $0.unlinked.insert(key).inserted }
+    }
+
     /// Records that a program opened the file `key`.
     func opened(_ key: InodeKey) {
         held.withLock { $0.opens[key, default: 0] += 1 }
@@ -444,12 +450,19 @@ extension FileSystem {
         if let info { space.removed(info) }
     }
 
-    /// After a program opened (or created) the file `ino`.
+    /// After a program opened (or created) the file `ino` as the store descriptor `fd`.
     @inline(__always)
-    func countOpened(_ ino: fuse_ino_t) {
+    func countOpened(_ ino: fuse_ino_t, _ fd: Int32) {
         guard space.isActive, let node = try? inodes.inode(ino) else { return }
         space.serialized(ino) { counted in
             space.opened(node.key)
+            // Its last name went before this open was recorded (an open racing an unlink):
+            // the removal gave its blocks back, but they stay until its last close, which
+            // frees them: they count as held until then.
+            var info = stat()
+            if node.type == S_IFREG, fstat(fd, &info) == 0, info.st_nlink == 0, space.holdUnlinked(node.key) {
+                space.settle(reserved: 0, actual: Capacity.blockBytes(info))
+            }
             if counted[node.key] == nil, let bytes = blockBytes(of: node) { counted[node.key] = bytes }
         }
     }

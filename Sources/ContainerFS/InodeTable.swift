@@ -385,6 +385,9 @@ final class InodeTable: @unchecked Sendable {
     /// Gives `node` the descriptor `fd`, in the cache unless pinned or forgotten.
     private func install(_ node: Inode, _ fd: Int32, _ s: inout State) {
         node.descriptor = fd
+        // Never twice in the list: a node linked again while cached (an open raced its
+        // unlink, then a lookup found it) would corrupt the list and free a node still in it.
+        uncache(node, &s)
         guard !node.pinned, node.inTable else { return }
         node.isCached = true
         node.older = s.newest

@@ -655,6 +655,48 @@ extension CapacityTests {
         try Self.expectTrueCount(container, "after deleting them")
     }
 
+    /// Opens racing unlinks of the same names, from several processes at once: the daemon
+    /// lives (a node linked again while still in the descriptor cache was inserted twice,
+    /// and freed while listed: a crash) and the count is true (an open recorded after the
+    /// unlink kept its blocks counted for good). Both found by an adversarial review; a
+    /// one-block miscount under this race is left (docs/capacity.md).
+    @Test func opensRacingUnlinksKeepTheDaemonAndTheCount() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "512M")
+        try container.mount(options: ["nopassthrough"])
+        let script = """
+            import os, sys, threading
+            D = sys.argv[1] + "/Documents"
+            def creator(k):
+                for i in range(300):
+                    p = f"{D}/race{k}"
+                    try: open(p, "wb").write(b"x" * 4096)
+                    except OSError: pass
+                    try: os.unlink(p)
+                    except OSError: pass
+            def opener(k):
+                for i in range(900):
+                    try: fd = os.open(f"{D}/race{k}", os.O_RDWR)
+                    except OSError: continue
+                    try: os.pwrite(fd, b"y" * 65536, 4096)
+                    except OSError: pass
+                    os.close(fd)
+            threads = [threading.Thread(target=f, args=(k,)) for k in range(4) for f in (creator, opener)]
+            [t.start() for t in threads]; [t.join() for t in threads]
+            """
+        for round in 1...4 {
+            let workers = try (0..<4).map { _ in try BackgroundProgram(["/usr/bin/python3", "-c", script, container.mountpoint]) }
+            for worker in workers { _ = worker.wait(seconds: 120) }
+            var device = statvfs()
+            try #require(statvfs(container.mountpoint, &device) == 0, "round \(round): the daemon died (\(String(cString: strerror(errno))))")
+            // Within four blocks: a race left is known to miss one block at times (docs/capacity.md);
+            // before the fix the count drifted by hundreds of KiB a round.
+            let walked = try Self.storeBytes(container.store), counted = Self.daemonUsed(container)
+            #expect(abs(counted - walked) <= 16384, "after round \(round): the daemon counts \(counted), the store holds \(walked)")
+        }
+    }
+
     /// Rewriting a file with O_TRUNC gives its blocks back: ten 1 MiB rewrites fit in 8M
     /// (rewrites 8-10 failed and left the file empty; the wrong count survived unmount).
     @Test func truncatingOpensGiveTheirBlocksBack() throws {
