@@ -110,7 +110,7 @@ Version: $version
 Architecture: $(dpkg --print-architecture)
 Maintainer: $maintainer
 Installed-Size: $installed
-Depends: $shlibs, fuse3, bubblewrap, passwd, util-linux
+Depends: $shlibs, fuse3, bubblewrap, passwd
 Section: utils
 Priority: optional
 Description: iOS-style app containers on Linux, as a FUSE filesystem

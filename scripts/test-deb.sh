@@ -130,6 +130,7 @@ if [[ -f $pristine/.made ]]; then
   check "apt installs the package and its dependencies" in_root "
     install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $package; }
     install || { apt-get update -qq && install; }"
+  check "the package made _containerfs, a system user owning nothing (docs/run.md)" in_root 'id=$(getent passwd _containerfs | cut -d: -f3) && test "$id" -gt 0 && test "$id" -lt 1000 && test "$(getent passwd _containerfs | cut -d: -f4)" -ne 0 && ! find / -xdev -user _containerfs -print | grep .'
   check "containerfs is on PATH, and mount.containerfs in /sbin" in_root 'test "$(command -v containerfs)" = /usr/bin/containerfs && test -x /sbin/mount.containerfs && test -x /sbin/mount.fuse.containerfs'
   check "every library it links is there" in_root '! ldd /usr/bin/containerfs | grep "not found"'
   check "containerfs --version says $version" in_root "test \"\$(containerfs --version)\" = '$version'"
