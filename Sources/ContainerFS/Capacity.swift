@@ -497,7 +497,9 @@ extension FileSystem {
         let total = capacity / unit
         let free = space.free / unit
         result.f_blocks = UInt(clamping: total)
-        result.f_bfree = min(info.f_bfree, UInt(clamping: free))
+        // Free is what the capacity leaves, so that size − free is what the container uses
+        // (df's "Used") even when the disk has less room; available is what can really be had.
+        result.f_bfree = UInt(clamping: free)
         result.f_bavail = min(info.f_bavail, UInt(clamping: free))
         return result
     }

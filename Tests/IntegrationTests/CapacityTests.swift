@@ -697,6 +697,25 @@ extension CapacityTests {
         }
     }
 
+    /// A capacity larger than the disk's free space: df's "Used" (size − free) is still
+    /// what the container uses, and "Avail" what the disk can really give (a review found
+    /// 847 GB "used" for a container of 84 KiB with a capacity of 1T).
+    @Test func aCapacityBeyondTheDiskShowsTheTrueUse() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        var disk = statvfs()
+        try #require(statvfs(container.store, &disk) == 0)
+        let beyond = Int(disk.f_blocks) * Int(disk.f_frsize) * 2
+        try Self.setCapacity(container, "\(beyond)")
+        try container.mount()
+        var device = statvfs()
+        try #require(statvfs(container.mountpoint, &device) == 0)
+        let shownUsed = (Int(device.f_blocks) - Int(device.f_bfree)) * Int(device.f_frsize)
+        let walked = try Self.storeBytes(container.store)
+        #expect(abs(shownUsed - walked) <= Int(device.f_frsize), "df's Used \(shownUsed), the store holds \(walked)")
+        #expect(Int(device.f_bavail) * Int(device.f_frsize) <= Int(disk.f_bavail) * Int(disk.f_frsize) + (1 << 20), "Avail is no more than the disk has")
+    }
+
     /// Rewriting a file with O_TRUNC gives its blocks back: ten 1 MiB rewrites fit in 8M
     /// (rewrites 8-10 failed and left the file empty; the wrong count survived unmount).
     @Test func truncatingOpensGiveTheirBlocksBack() throws {
