@@ -121,6 +121,10 @@ final class InodeTable: @unchecked Sendable {
 
     private struct State {
         var nodes: [InodeKey: Inode] = [:]
+        /// Nodes the kernel still knows whose store identity now names another file (the
+        /// store freed the file and reused its inode number): kept alive, by id, until the
+        /// kernel forgets them, since the slots do not retain them.
+        var displaced: [fuse_ino_t: Inode] = [:]
         var freeIDs: [fuse_ino_t] = []
         var nextID: fuse_ino_t = fuse_ino_t(FUSE_ROOT_ID) + 1
         /// Most and least recently used cached nodes.
@@ -207,7 +211,7 @@ final class InodeTable: @unchecked Sendable {
             // Computed here, from the parent's location now, so a reclassification walk
             // running meanwhile cannot leave this node behind.
             let location = layout.child(name, of: parent.location)
-            if let node = s.nodes[key] {
+            if let node = s.nodes[key], !Self.isReused(node, as: info) {
                 node.lookups += 1
                 if node.unlinked {
                     // Linked again (an O_TMPFILE file, or one deleted while open): it has a
@@ -235,6 +239,7 @@ final class InodeTable: @unchecked Sendable {
             }
             let node = Inode(id: id, key: key, type: info.st_mode & S_IFMT, parent: parent, name: name, location: location)
             node.lookups = 1
+            if let old = s.nodes[key] { s.displaced[old.id] = old }
             s.nodes[key] = node
             attach(node, to: parent)
             slots.set(id, node)
@@ -245,6 +250,14 @@ final class InodeTable: @unchecked Sendable {
         closeAll(spare)
         _ = dropped
         return node
+    }
+
+    /// Whether the file `info` describes is not `node`'s file but a new one that got its
+    /// freed inode number: a node holding a descriptor keeps its file alive, so only a
+    /// node without one, whose file lost its last name or whose type differs, can be.
+    /// The kernel must get a new node id for it: it refuses a node that changes type.
+    private static func isReused(_ node: Inode, as info: stat) -> Bool {
+        node.type != info.st_mode & S_IFMT || (node.unlinked && node.descriptor < 0)
     }
 
     /// Drops `count` of the kernel's references to `ino`; the node goes when none are left
@@ -265,9 +278,12 @@ final class InodeTable: @unchecked Sendable {
     private func retireIfUnused(_ node: Inode, _ s: inout State, _ spare: inout [Int32]) -> [Inode] {
         var dropped: [Inode] = []
         var current: Inode? = node
-        while let each = current, each !== root, each.inTable, each.lookups == 0, each.firstChild == nil,
-              s.nodes[each.key] === each {
-            s.nodes.removeValue(forKey: each.key)
+        while let each = current, each !== root, each.inTable, each.lookups == 0, each.firstChild == nil {
+            if s.nodes[each.key] === each {
+                s.nodes.removeValue(forKey: each.key)
+            } else if s.displaced.removeValue(forKey: each.id) == nil {
+                break
+            }
             slots.set(each.id, nil)
             s.freeIDs.append(each.id)
             each.inTable = false
