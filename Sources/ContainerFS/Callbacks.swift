@@ -157,20 +157,26 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.unlink = { request, parent, name in
         respond(request) { () throws(Errno) in
-            try fileSystem(request).unlink(caller(request), parent, name!)
+            let fs = fileSystem(request)
+            let removed = try fs.unlink(caller(request), parent, name!)
             fuse_reply_err(request, 0)
+            fs.nameRemoved(removed)
         }
     }
     ops.rmdir = { request, parent, name in
         respond(request) { () throws(Errno) in
-            try fileSystem(request).rmdir(caller(request), parent, name!)
+            let fs = fileSystem(request)
+            let removed = try fs.rmdir(caller(request), parent, name!)
             fuse_reply_err(request, 0)
+            fs.nameRemoved(removed)
         }
     }
     ops.rename = { request, parent, name, newParent, newName, flags in
         respond(request) { () throws(Errno) in
-            try fileSystem(request).rename(caller(request), parent, name!, newParent, newName!, flags)
+            let fs = fileSystem(request)
+            let removed = try fs.rename(caller(request), parent, name!, newParent, newName!, flags)
             fuse_reply_err(request, 0)
+            fs.nameRemoved(removed)
         }
     }
     ops.open = { request, ino, info in

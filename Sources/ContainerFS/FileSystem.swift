@@ -317,20 +317,30 @@ final class FileSystem: @unchecked Sendable {
         return try entry(directory, name, childName, location)
     }
 
-    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+    /// Returns the known node that lost the name, for `nameRemoved` after the reply.
+    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> Inode? {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
-        try remove(directory, name, childName, 0)
+        return try remove(directory, name, childName, 0)
     }
 
-    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+    /// Returns the known node that lost the name, for `nameRemoved` after the reply.
+    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> Inode? {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
-        try remove(directory, name, childName, AT_REMOVEDIR)
+        return try remove(directory, name, childName, AT_REMOVEDIR)
     }
 
+    /// After the reply to a removal: a node left with no name closes its descriptor (and
+    /// passthrough backing file) when no open file needs them, so its blocks are freed as
+    /// natively, but the program does not wait for the freeing.
+    func nameRemoved(_ node: Inode?) {
+        if let node { inodes.removed(node) }
+    }
+
+    /// Returns the known node the rename replaced, for `nameRemoved` after the reply.
     func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
-                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) {
+                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) -> Inode? {
         guard flags & ~(clinux_RENAME_NOREPLACE | clinux_RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL) }
         let exchange = flags & clinux_RENAME_EXCHANGE != 0
         let (from, fromName, source) = try child(parent, name)
@@ -352,19 +362,18 @@ final class FileSystem: @unchecked Sendable {
             let replacing = nodeBeforeRemoval(to, newName) != nil
             try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
         }
-        if let replaced { inodes.removed(replaced) }
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
+        return replaced
     }
 
-    /// Removes `name` from `directory`; a node that loses its last name closes its
-    /// descriptor when no open file needs it, so its blocks are freed as natively.
-    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) {
+    /// Removes `name` from `directory`; returns the known node that lost it.
+    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> Inode? {
         let node = removing(directory, name, childName)
         try countingRemoval(directory, name, node) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
         }
-        if let node { inodes.removed(node) }
+        return node
     }
 
     /// The known node at `name` in `directory`, about to lose that name.
