@@ -14,7 +14,7 @@ DEB = containerfs_$(VERSION)_$(ARCH).deb
 STATIC_BUILD = .build-static
 DEB_BUILD_FLAGS = -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) -Xlinker -z -Xlinker now $(BUILD_FLAGS)
 
-.PHONY: deps build release test demo bench soak install deb clean
+.PHONY: deps build release test demo bench bench-compare soak install deb clean
 
 deps:
 	@scripts/install-deps.sh
@@ -40,6 +40,13 @@ demo: release
 bench: release
 	scripts/install-deps.sh --bench
 	bench/run.sh $(RELEASE_BIN)
+
+# The main table with another commit's build beside this tree's, same run (a regression is
+# seen the day it is made): make bench-compare BASE=acea77d [BENCH_GROUPS=metadata,tree]
+bench-compare: release
+	@test -n "$(BASE)" || { echo "make bench-compare: name the commit to compare with: BASE=COMMIT" >&2; exit 64; }
+	scripts/install-deps.sh --bench
+	bench/compare.sh $(BASE) $(RELEASE_BIN)
 
 # The long runs: the scale tests make test leaves out, then the capacity soak
 # (docs/capacity.md), longer than the three seeds the tests run: random workloads through a

@@ -760,6 +760,15 @@ def render(cfg, meta, targets, results, errors):
             if peers:
                 lines.append(f"  behind a peer on: {', '.join(behind)}" if behind else
                              f"  ahead of {' and '.join(p.label for p in peers)} on every row")
+    compared = {t.key: t for t in targets}
+    if "containerfs-base" in compared and "containerfs-documents" in compared:
+        base = compared["containerfs-base"]
+        lines += ["", f"containerfs Documents against {base.label} (same run; higher is better, < 1 is a regression)"]
+        for key, _, _, kind in workloads(cfg):
+            now, then = results.get(("containerfs-documents", key)), results.get(("containerfs-base", key))
+            if now and then:
+                ratio = summarize(now, kind, statistics.median(then))[3]
+                lines.append(f"  {short[key]:<26}{ratio:>6.2f}")
     if NOTES:
         lines += ["", "Notes:"] + [f"  {note}" for note in NOTES]
     labels = {t.key: t.label for t in targets}
@@ -826,6 +835,11 @@ def main():
                         help="results file (default bench/results/latest.txt, quick: quick.txt)")
     parser.add_argument("--groups", default=os.environ.get("BENCH_GROUPS", ""),
                         help="only these workload groups: sequential,metadata,tree,deep (also BENCH_GROUPS)")
+    parser.add_argument("--base", default=os.environ.get("BENCH_BASE"),
+                        help="another containerfs binary (an older commit's, bench/compare.sh builds one) "
+                             "measured beside BINARY in Documents/, in the same run (also BENCH_BASE)")
+    parser.add_argument("--base-label", default=os.environ.get("BENCH_BASE_LABEL", "base"),
+                        help="what the base binary is called in the table (its commit)")
     parser.add_argument("--options", default=os.environ.get("BENCH_CFS_OPTIONS", ""),
                         help="extra -o options for containerfs mount (also BENCH_CFS_OPTIONS)")
     args = parser.parse_args()
@@ -870,6 +884,12 @@ def main():
     every["cfs-documents"] = lambda: Containerfs(device, "Documents", "containerfs-documents", "containerfs Documents")
     every["cfs-caches"] = lambda: Containerfs(device, "Library/Caches", "containerfs-caches", "containerfs Library/Caches")
     every["cfs-uring"] = lambda: Containerfs(rings, "Documents", "containerfs-uring", "containerfs Documents io_uring")
+    if args.base:
+        # Same options but io_uring's: the base may predate -o uring/nouring.
+        base = ContainerfsMount(root, os.path.abspath(args.base), "cfs-base", args.options)
+        every["cfs-base"] = lambda: Containerfs(base, "Documents", "containerfs-base", f"containerfs Documents {args.base_label}")
+        if "cfs-base" not in args.targets.split(","):
+            args.targets += ",cfs-base"
     uring_switch = "/sys/module/fuse/parameters/enable_uring"
     uring_before = open(uring_switch).read() if os.path.exists(uring_switch) else None
     wanted = [name.strip() for name in args.targets.split(",") if name.strip()]
