@@ -8,13 +8,20 @@ PREFIX ?= /usr/local
 # The version is written once, in Sources/containerfs/Version.swift.
 VERSION := $(shell sed -n 's/^let containerfsVersion = "\(.*\)"$$/\1/p' Sources/containerfs/Version.swift)
 ARCH := $(shell dpkg --print-architecture 2>/dev/null)
-DEB = containerfs_$(VERSION)_$(ARCH).deb
+# A package per Debian release, each linked against that release's libraries and naming
+# its packages: version 0.1.0+deb12 for Debian 12 (bookworm), 0.1.0+deb13 for Debian 13
+# (trixie). `make deb` builds the one of the release this machine runs; `make deb-other`
+# the other one, in a clean root of that release (docs/packaging.md).
+DEBIAN_RELEASE := $(shell . /etc/os-release 2>/dev/null && echo $$VERSION_ID)
+OTHER_RELEASE := $(if $(filter 12,$(DEBIAN_RELEASE)),13,12)
+DEB = containerfs_$(VERSION)+deb$(DEBIAN_RELEASE)_$(ARCH).deb
+OTHER_DEB = containerfs_$(VERSION)+deb$(OTHER_RELEASE)_$(ARCH).deb
 # The package's build: the Swift runtime linked in statically, in a folder of its own, and
 # with relocations resolved at start so that they can be read-only (full RELRO).
 STATIC_BUILD = .build-static
 DEB_BUILD_FLAGS = -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD) -Xlinker -z -Xlinker now $(BUILD_FLAGS)
 
-.PHONY: deps build release test demo bench bench-compare soak install deb clean
+.PHONY: deps build release test demo bench bench-compare soak install deb deb-other clean
 
 deps:
 	@scripts/install-deps.sh
@@ -26,13 +33,15 @@ release: deps
 	$(SWIFT) build -c release $(BUILD_FLAGS)
 
 # Every test: the pure policy, the store, and real mounts driven by real programs.
-# Then the Debian package is built, checked, and installed and tried (scripts/test-deb.sh).
+# Then the Debian packages, this release's and the other's, are built, checked, and
+# installed and tried, each in a clean root of its release (scripts/test-deb.sh).
 # The scale runs in LONG_TESTS take minutes: `make soak` runs them (CI runs both).
 LONG_TESTS = manyFilesFromALoginShell
 test: build
 	SWIFT=$(SWIFT) scripts/run-tests.sh --skip '$(LONG_TESTS)' $(BUILD_FLAGS)
-	$(MAKE) deb
+	$(MAKE) deb deb-other
 	scripts/test-deb.sh $(DEB)
+	scripts/test-deb.sh $(OTHER_DEB)
 
 demo: release
 	scripts/demo.sh $(RELEASE_BIN)
@@ -69,11 +78,17 @@ install: release
 	install -D -m 0755 mount-helper/mount.containerfs $(DESTDIR)/sbin/mount.containerfs
 	ln -sf mount.containerfs $(DESTDIR)/sbin/mount.fuse.containerfs
 
-# The package for Debian 12 and later: needs no Swift where it is installed (docs/packaging.md).
+# The package for this machine's Debian release: needs no Swift where it is installed
+# (docs/packaging.md).
 deb: deps
 	$(SWIFT) build $(DEB_BUILD_FLAGS)
 	$(SWIFT) build $(DEB_BUILD_FLAGS) --product generate-manual
-	scripts/build-deb.sh $(STATIC_BUILD) $(VERSION) $(DEB)
+	scripts/build-deb.sh $(STATIC_BUILD) $(VERSION)+deb$(DEBIAN_RELEASE) $(DEB)
+
+# The package for the other Debian release, built in a root of that release with this
+# machine's Swift toolchain bound in (the root is made once per machine).
+deb-other: deps
+	SWIFT=$(SWIFT) BUILD_FLAGS='$(BUILD_FLAGS)' scripts/build-deb-in-root.sh $(OTHER_RELEASE) $(VERSION)+deb$(OTHER_RELEASE) $(OTHER_DEB)
 
 clean:
-	rm -rf .build $(STATIC_BUILD) .build-deb $(DEB)
+	rm -rf .build $(STATIC_BUILD) .build-static-deb* .build-deb containerfs_*.deb

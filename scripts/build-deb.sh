@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
-# Builds containerfs_VERSION_ARCH.deb for `make deb` from the release build in SCRATCH
-# (made with --static-swift-stdlib, so the package needs no Swift): the binary, the
-# mount(8) helper, man pages and shell completions generated from the command itself,
-# the docs and the copyright. Depends are computed by dpkg-shlibdeps, plus the programs
-# containerfs runs (fusermount3, bwrap).
+# Builds containerfs_VERSION+debN_ARCH.deb for `make deb` (and `make deb-other`, in a
+# root) from the release build in SCRATCH (made with --static-swift-stdlib, so the
+# package needs no Swift): the binary, the mount(8) helper, man pages and shell
+# completions generated from the command itself, the docs and the copyright. Depends are computed by dpkg-shlibdeps, plus the programs
+# containerfs runs (fusermount3, bwrap). Run on the Debian release the package is for
+# (scripts/build-deb-in-root.sh runs it in a root of another): dpkg-shlibdeps names that
+# release's packages. VERSION is the binary's version and the release, as 0.1.0+deb12.
 #   scripts/build-deb.sh SCRATCH VERSION OUTPUT.deb
 set -euo pipefail
 scratch=$1 version=$2 output=$3
 binary=$scratch/release/containerfs
-stage=.build-deb/stage
-work=.build-deb/work
+stage=.build-deb/$(basename "$output" .deb)/stage
+work=.build-deb/$(basename "$output" .deb)/work
 
 fail() { echo "build-deb: $*" >&2; exit 1; }
 [[ -x $binary ]] || fail "no release build at $binary: run 'make deb'"
-[[ $version =~ ^[0-9][A-Za-z0-9.+~]*$ ]] || fail "version '$version' is not a Debian upstream version: see Sources/containerfs/Version.swift"
+[[ $version =~ ^([0-9][A-Za-z0-9.~]*)\+deb([0-9]+)$ ]] ||
+  fail "version '$version' is not VERSION+debN (Sources/containerfs/Version.swift, then the Debian release)"
+upstream=${BASH_REMATCH[1]} release=${BASH_REMATCH[2]}
+[[ $(. /etc/os-release && echo "$VERSION_ID") == "$release" ]] ||
+  fail "this is not Debian $release: build the package for Debian $release in its root (make deb-other)"
 built=$("$binary" --version)
-[[ $built == "$version" ]] || fail "$binary says it is $built, not $version: rebuild it"
+[[ $built == "$upstream" ]] || fail "$binary says it is $built, not $upstream: rebuild it"
 # The point of the package: nothing of Swift on the machine it is installed on.
 if ldd "$binary" | grep -E 'libswift|libFoundation|libdispatch|libBlocksRuntime|lib_FoundationICU'; then
   fail "$binary links the Swift runtime dynamically: build it with --static-swift-stdlib"
 fi
 
 # Dates come from the last commit, so that the same commit builds the same package.
-epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
+# In a Debian root, where this checkout's git is not, they are given (SOURCE_DATE_EPOCH,
+# CONTAINERFS_COMMIT).
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+commit=${CONTAINERFS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export SOURCE_DATE_EPOCH=$epoch
 maintainer="ContainerFS maintainers <maintainers@users.noreply.a-seed-943d4327.example>"
 
@@ -86,8 +95,8 @@ install -m 0644 README.md "$doc/"
 install -m 0644 docs/*.md "$doc/docs/"
 install -m 0644 packaging/debian/copyright "$doc/copyright"
 {
-  printf 'containerfs (%s) unstable; urgency=medium\n\n' "$version"
-  printf '  * Release %s, built from commit %s (the full history is in git).\n\n' "$version" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  printf 'containerfs (%s) %s; urgency=medium\n\n' "$version" "$(. /etc/os-release && echo "$VERSION_CODENAME")"
+  printf '  * Release %s for Debian %s, from commit %s (its history is in git).\n\n' "$upstream" "$release" "$commit"
   printf ' -- %s  %s\n' "$maintainer" "$(date -u -R -d "@$epoch")"
 } | gzip -9n >"$doc/changelog.gz"
 find "$doc" -name '*.md' -size +4k -exec gzip -9n {} +   # as dh_compress: docs over 4 kB

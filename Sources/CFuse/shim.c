@@ -12,6 +12,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+struct fuse_session *cfuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
+                                       size_t ops_size, void *userdata) {
+    return fuse_session_new(args, ops, ops_size, userdata);
+}
+
+int cfuse_session_loop_mt(struct fuse_session *se, struct fuse_loop_config *config) {
+    return fuse_session_loop_mt(se, config);
+}
+
 int cfuse_reply_fd_data(fuse_req_t req, int fd, off_t offset, size_t size) {
     struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
     buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;

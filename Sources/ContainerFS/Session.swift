@@ -161,7 +161,7 @@ public final class Session {
             fuse_opt_free_args(&args)
             argv.forEach { free($0) }
         }
-        guard let session = fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata) else {
+        guard let session = cfuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata) else {
             Unmanaged<FileSystem>.fromOpaque(userdata).release()
             throw UserError.usage("bad mount options '\(mountOptions.joined(separator: ","))': see 'containerfs mount --help'")
         }
@@ -210,7 +210,7 @@ public final class Session {
         fuse_loop_cfg_set_clone_fd(config, 1)
         fuse_loop_cfg_set_max_threads(config, options.maxThreads)
         fuse_loop_cfg_set_idle_threads(config, options.maxThreads)
-        _ = fuse_session_loop_mt(session, config)
+        _ = cfuse_session_loop_mt(session, config)
         fuse_loop_cfg_destroy(config)
         fuse_remove_signal_handlers(session)
         cfuse_end_kernel_features()

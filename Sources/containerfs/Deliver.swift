@@ -6,11 +6,11 @@ struct Deliver: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Hand files over to a container's Documents/Inbox, as another app or Mail does.",
         discussion: """
-            Each file or folder is copied whole and appears in the Inbox in one step (the app never
-            sees a partial file), never overwriting: a taken name gets a numbered suffix
-            (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted
-            container shows the files at once. A container with a capacity refuses a delivery that
-            would not fit (see 'containerfs capacity'). The copies belong to whoever runs deliver and
+            Each file or folder is copied whole and appears in the Inbox in one step (the app never \
+            sees a partial file), never overwriting: a taken name gets a numbered suffix \
+            (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted \
+            container shows the files at once. A container with a capacity refuses a delivery that \
+            would not fit (see 'containerfs capacity'). The copies belong to whoever runs deliver and \
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
             """)
 

@@ -11,18 +11,18 @@ struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mount a container, enforcing its rules on every operation.",
         discussion: """
-            Returns once the mount is ready, with the daemon in the background; -f keeps it in
-            the foreground. Options (-o, comma-separated): allow_other (let other users in),
-            writeback (kernel write cache: faster small writes, unsynced data lost if the daemon
-            is killed; turns passthrough off), nopassthrough (file data through the daemon even
-            when it could go straight to the store), uring (turn on the kernel's FUSE over
-            io_uring, root: requests served on the caller's CPU; used by default when already
-            on), nouring (requests through /dev/fuse), nosetid (chmod, create and mknod drop
-            set-user-ID and set-group-ID bits from files; run uses it), appuser=UID:GID (root: show
-            the store owner's files to that host user as its own and record what it makes as the
-            owner's; root's run uses it for _containerfs), locked (start with the
-            device locked since boot: see containerfs lock, docs/protection.md), timeout=SECONDS (kernel cache of names and
-            attributes, default 86400), threads=N (default 16), debug; others are passed to
+            Returns once the mount is ready, with the daemon in the background; -f keeps it in \
+            the foreground. Options (-o, comma-separated): allow_other (let other users in), \
+            writeback (kernel write cache: faster small writes, unsynced data lost if the daemon \
+            is killed; turns passthrough off), nopassthrough (file data through the daemon even \
+            when it could go straight to the store), uring (turn on the kernel's FUSE over \
+            io_uring, root: requests served on the caller's CPU; used by default when already \
+            on), nouring (requests through /dev/fuse), nosetid (chmod, create and mknod drop \
+            set-user-ID and set-group-ID bits from files; run uses it), appuser=UID:GID (root: show \
+            the store owner's files to that host user as its own and record what it makes as the \
+            owner's; root's run uses it for _containerfs), locked (start with the \
+            device locked since boot: see containerfs lock, docs/protection.md), timeout=SECONDS (kernel cache of names and \
+            attributes, default 86400), threads=N (default 16), debug; others are passed to \
             libfuse.
 
             A container with a capacity (see 'containerfs capacity') is a device of that size: \

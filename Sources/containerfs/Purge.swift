@@ -9,14 +9,17 @@ struct PurgeCommand: ParsableCommand {
         commandName: "purge",
         abstract: "Delete cache or temporary files, least recently used first, as iOS does when space runs low.",
         discussion: """
-            Deletes tagged files only: regular files below Library/Caches (--caches) or tmp (--tmp),
-            never a folder, a symlink or anything elsewhere, across all the stores named (on one
-            device), oldest last use first, until --free SIZE bytes are freed (default: --all).
-            Mounted containers are skipped, as iOS purges apps that are not running, unless
+            Deletes tagged files only: regular files below Library/Caches (--caches) or tmp (--tmp), \
+            never a folder, a symlink or anything elsewhere, across all the stores named (on one \
+            device), oldest last use first, until --free SIZE bytes are freed (default: --all). \
+            Mounted containers are skipped, as iOS purges apps that are not running, unless \
             --include-running: then their mounts show the files gone at once.
+
             SIZE: 123, 10K, 5M, 2G (powers of 1024). DURATION: 30s, 10m, 2h, 3d, 1w (at most 292 years).
-            Examples: 'containerfs purge ~/A ~/B --caches --free 500M';
+
+            Examples: 'containerfs purge ~/A ~/B --caches --free 500M'; \
             'containerfs purge ~/A --tmp --older-than 3d' (the periodic sweep of tmp).
+
             --until-free SIZE|PERCENT frees space in each store not running, against its capacity \
             (see 'containerfs capacity'): tmp first, then caches least recently used first, only \
             until that much is free, e.g. 'containerfs purge ~/A --caches --tmp --until-free 20%'. \

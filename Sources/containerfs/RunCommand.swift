@@ -8,27 +8,27 @@ struct RunCommand: ParsableCommand {
         commandName: "run",
         abstract: "Run a program inside a container, confined to it as an iOS app is.",
         discussion: """
-            Mounts the container privately and runs PROGRAM under bubblewrap. It sees the
-            container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only;
-            a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the
-            host. It has no capability and cannot gain one, may not push input into the
-            terminal (TIOCSTI), and runs as uid \(Sandbox.appUserID), named mobile, inside when root runs it (what it
-            makes still belongs to the caller); set-user-ID and set-group-ID bits are dropped
-            from files it makes or chmods. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and
-            XDG_DATA_HOME point into the container and the working directory is HOME; of the
-            caller's environment only PATH, TERM, COLORTERM, NO_COLOR, LANG, LANGUAGE, LC_* and
-            TZ are passed on, others only with --env. The bundle is verified first, as
-            `mount` does: a tampered app does not run. The program has the standard streams
-            and the terminal; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to containerfs are passed
-            on to it. Afterwards tmp/ is purged, the denials of the run are counted on stderr,
-            and the container is unmounted, also when the program crashes or is killed. One
+            Mounts the container privately and runs PROGRAM under bubblewrap. It sees the \
+            container as its home, \(Sandbox.home); the system folders (/usr, /etc…) read-only; \
+            a fresh /proc, a minimal /dev, the container's tmp as /tmp; nothing else of the \
+            host. It has no capability and cannot gain one, may not push input into the \
+            terminal (TIOCSTI), and runs as uid \(Sandbox.appUserID), named mobile, inside when root runs it (what it \
+            makes still belongs to the caller); set-user-ID and set-group-ID bits are dropped \
+            from files it makes or chmods. HOME, TMPDIR, XDG_CACHE_HOME, XDG_CONFIG_HOME and \
+            XDG_DATA_HOME point into the container and the working directory is HOME; of the \
+            caller's environment only PATH, TERM, COLORTERM, NO_COLOR, LANG, LANGUAGE, LC_* and \
+            TZ are passed on, others only with --env. The bundle is verified first, as \
+            `mount` does: a tampered app does not run. The program has the standard streams \
+            and the terminal; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to containerfs are passed \
+            on to it. Afterwards tmp/ is purged, the denials of the run are counted on stderr, \
+            and the container is unmounted, also when the program crashes or is killed. One \
             program runs in a container at a time. See docs/run.md.
 
-            --launches N runs the program N times, as N launches of the app, each in a mount
-            of its own; between launches tmp/ is emptied and the caches are purged as
-            --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn
-            from --seed, sometimes all), one line each on stderr. The seed is printed first;
-            the exit status is the first failing launch's, named with the seed to replay it.
+            --launches N runs the program N times, as N launches of the app, each in a mount \
+            of its own; between launches tmp/ is emptied and the caches are purged as \
+            --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn \
+            from --seed, sometimes all), one line each on stderr. The seed is printed first; \
+            the exit status is the first failing launch's, named with the seed to replay it. \
             See docs/lifecycle.md.
 
             A container with a capacity (see 'containerfs capacity') is a full disk to the \

@@ -9,14 +9,14 @@ struct UsageCommand: ParsableCommand {
         commandName: "usage",
         abstract: "Show the space a container uses per area, and what is backed up or purgeable.",
         discussion: """
-            Per area — the bundle, Documents (without the Inbox), the Inbox, Library (without
-            Caches), Library/Caches and tmp — the bytes and number of regular files, as a phone's
-            storage view shows them, with a bar per area on a terminal. The bundle of an
-            offloaded app (`containerfs offload`) is marked offloaded. Then the device as the app
-            sees it: its capacity (see 'containerfs capacity'; none: the store's file system), the
-            bytes used (in blocks, as the capacity counts them), free, and available for important
-            usage (free plus the purgeable cache and tmp bytes, as iOS reports it). --json also
-            gives the bytes of the data (all but the bundle) per protection class
+            Per area — the bundle, Documents (without the Inbox), the Inbox, Library (without \
+            Caches), Library/Caches and tmp — the bytes and number of regular files, as a phone's \
+            storage view shows them, with a bar per area on a terminal. The bundle of an \
+            offloaded app (`containerfs offload`) is marked offloaded. Then the device as the app \
+            sees it: its capacity (see 'containerfs capacity'; none: the store's file system), the \
+            bytes used (in blocks, as the capacity counts them), free, and available for important \
+            usage (free plus the purgeable cache and tmp bytes, as iOS reports it). --json also \
+            gives the bytes of the data (all but the bundle) per protection class \
             (bytesByProtection).
             """)
 

@@ -1,5 +1,6 @@
 // libfuse3's low-level API. FUSE_USE_VERSION must be defined before the include,
-// which a module map cannot do; 314 makes fuse_session_loop_mt a real function.
+// which a module map cannot do. 314 is the API of Debian 12's libfuse 3.14, which Debian
+// 13's libfuse 3.17 keeps for a program that asks for it (docs/packaging.md).
 #ifndef CFUSE_H
 #define CFUSE_H
 
@@ -8,6 +9,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#if FUSE_MAJOR_VERSION != 3 || FUSE_MINOR_VERSION < 14
+#error "ContainerFS needs libfuse 3.14 or later (Debian 12: apt-get install libfuse3-dev)"
+#endif
+
+/// fuse_session_new. From libfuse 3.17 on it is a macro over an inline function that
+/// passes the headers' version to fuse_session_new_versioned: Swift cannot call a macro.
+struct fuse_session *cfuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
+                                       size_t ops_size, void *userdata);
+
+/// fuse_session_loop_mt with the loop configuration (fuse_loop_cfg_*). A function in
+/// 3.14 and 3.17 as Debian builds them (versioned symbols); a macro over
+/// fuse_session_loop_mt_312 where libfuse is built without.
+int cfuse_session_loop_mt(struct fuse_session *se, struct fuse_loop_config *config);
 
 /// Replies to a read with `size` bytes of `fd` at `offset`, spliced when the kernel
 /// allows (FUSE_BUFVEC_INIT is a macro Swift cannot call).
