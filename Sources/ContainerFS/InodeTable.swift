@@ -356,7 +356,9 @@ final class InodeTable: @unchecked Sendable {
         let top = state.withLock { s -> (Inode, Int32)? in
             var current = node
             while current.descriptor < 0 {
-                guard let parent = current.parent else { return nil }
+                // A node whose last name went has none to be found by: what has that name
+                // now is another file, even with the same inode number, freed and reused.
+                guard !current.unlinked, let parent = current.parent else { return nil }
                 chain.append((current, current.name))
                 current = parent
             }
@@ -383,7 +385,8 @@ final class InodeTable: @unchecked Sendable {
     /// Checks that `fd` opens `node` and caches it; returns with one use held.
     private func adopt(_ node: Inode, _ fd: Int32) throws(Errno) -> Int32 {
         var info = stat()
-        guard fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0, InodeKey(info) == node.key else {
+        guard fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0, InodeKey(info) == node.key,
+              info.st_mode & S_IFMT == node.type else {
             Glibc.close(fd)
             throw Errno(ESTALE)
         }
