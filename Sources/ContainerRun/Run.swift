@@ -168,7 +168,8 @@ public struct Run {
         let status = waitForExit(pid)
         watchdog?.stop()
         if let ended = watchdog?.statusOfEndedProgram {
-            warn("the sandbox went on after the program ended (its init stopped, a child left behind): ended it")
+            warn("the sandbox went on after the program ended (its init stopped, a child left behind): ended it"
+                 + (ended == nil ? "; the program's exit status was lost with the init" : ""))
             return ended ?? status
         }
         return status

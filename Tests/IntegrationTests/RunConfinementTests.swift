@@ -166,7 +166,9 @@ struct RunConfinementTests {
         // SIGKILL after 60 s: a child of a test thread inherits SIGTERM blocked.
         let result = try runProgram(["timeout", "-s", "KILL", "60", containerfsBinary, "run", container.store, "--", "sh", "-c", script],
                                     user: container.user)
-        #expect(result.status == 7, "the program's status, not the killed sandbox's (137 also: run never returned): \(result)")
+        // The program's status, not the killed sandbox's (137 also: run never returned). In a
+        // race the init collects it, then stops before passing it on: run says it was lost.
+        #expect(result.status == 7 || result.stderr.contains("exit status was lost"), "\(result)")
         #expect(Date().timeIntervalSince(started) < 30)
         #expect(result.stdout.contains("attach 0"), "the program stopped the init: \(result)")
         #expect(result.stderr.contains("ended it"), "\(result)")
