@@ -24,6 +24,8 @@ public struct Run {
     /// Variables added to the program's environment (`--env`): a value, or nil to take
     /// this process's (none when it has none).
     let addedEnvironment: [(name: String, value: String?)]
+    /// Host files and folders the program may open during the run (`--grant`, Grant.swift).
+    public var grants: [GrantRequest] = []
     /// Mount with the device locked since boot (`--locked`, SPEC §11).
     public var locked = false
     /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
@@ -52,7 +54,13 @@ public struct Run {
         let opened = try Store.open(store, changing: false)
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
-        let sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        var sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        let openedGrants = try OpenedGrant.open(grants, storePath: opened.path, appUser: sandbox?.appUser)
+        sandbox?.grants = openedGrants
+        for grant in openedGrants {
+            grant.record(in: opened)
+            FileHandleOutput.standardError.write("containerfs: \(grant.announcement)\n")
+        }
         // Stores are made 0700 now; an older one lets other users in through what the program makes.
         var top = stat()
         if fstat(opened.rootFD, &top) == 0, top.st_mode & 0o007 != 0 {
@@ -138,13 +146,17 @@ public struct Run {
         // without a name (freed with the last descriptor): bubblewrap reads them at its pace.
         let accounts = asRoot ? accountFiles() : nil
         defer { if let accounts { close(accounts.passwd); close(accounts.group) } }
+        // The grants' descriptors follow, with no gap (the spawn closes only those above the last).
+        let firstGrantFD = accounts == nil ? passwdFD : groupFD + 1
+        let grantFDs = sandbox.grants.indices.map { firstGrantFD + Int32($0) }
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
                                        environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
                                        filterFD: filterFD, devicesFolder: asRoot ? Self.devicesFolder(of: mountpoint) : nil,
-                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) })
+                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) }, grantFDs: grantFDs)
         var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
         if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
+        passing += zip(sandbox.grants, grantFDs).map { ($0.fd, $1) }
         let pid: pid_t
         do {
             // From /: the caller's folder may be one the host app user cannot enter.
@@ -260,7 +272,7 @@ public struct Run {
             if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
         }
         Self.removeMountpoint(mountpoint)
-        let denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= AuditLog.recordTime(since) }
+        let denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= AuditLog.recordTime(since) && !$0.isGrant }
         if !denials.isEmpty {
             let denied = denials.count
             let protected = denials.count { $0.rule == Denial.protectedDataUnavailable.rawValue }

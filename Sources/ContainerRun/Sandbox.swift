@@ -53,6 +53,8 @@ public struct Sandbox {
     let readOnlyBinds: [String]
     /// When root runs the program: the host user it runs as.
     let appUser: HostAppUser?
+    /// The host files and folders the program may open (`--grant`), at `/grants/NAME`.
+    var grants: [OpenedGrant] = []
 
     /// Finds bubblewrap (and, for root, `HostAppUser`) and checks the paths to bind; fails
     /// with one line if any is missing.
@@ -98,16 +100,18 @@ public struct Sandbox {
     /// - `devicesFolder`: for root's program, where `makeDevices` made its `/dev` nodes.
     /// - `accountFDs`: descriptors bubblewrap reads the `accounts` files from, shown as
     ///   `/etc/passwd` and `/etc/group` (for a program run as `appUserID`).
+    /// - `grantFDs`: the descriptors bubblewrap gets `grants`' nodes as, in their order.
     /// - `environment`: the program's. bubblewrap itself runs on the host with every
     ///   capability (as root) and starts with `hostEnvironment` only: a variable meant for
     ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
     ///   the program's with `--clearenv` and `--setenv`.
     func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
                      terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, devicesFolder: String? = nil,
-                     accountFDs: (passwd: Int32, group: Int32)? = nil) -> (executable: String, arguments: [String]) {
+                     accountFDs: (passwd: Int32, group: Int32)? = nil, grantFDs: [Int32] = []) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
         var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
-                                            filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs)
+                                            filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs,
+                                            grantFDs: grantFDs)
         let settings = ["--clearenv"] + environment.sorted { $0.key < $1.key }.flatMap { ["--setenv", $0.key, $0.value] }
         arguments.insert(contentsOf: settings, at: arguments.count - 1)   // before the closing "--"
         var line = (executable: bubblewrap, arguments: arguments + command)
@@ -126,7 +130,7 @@ public struct Sandbox {
 
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
     private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, devicesFolder: String?,
-                                     accountFDs: (passwd: Int32, group: Int32)?) -> [String] {
+                                     accountFDs: (passwd: Int32, group: Int32)?, grantFDs: [Int32]) -> [String] {
         // A user namespace always, even for root: the program has no capability (a root
         // one could remount the read-only binds and write the host), cannot make another
         // user namespace to get some back, and bubblewrap sets no_new_privs.
@@ -172,6 +176,13 @@ public struct Sandbox {
         // tmp (bubblewrap makes its mount point there, purged with tmp). `init` refused
         // those that would hide the container.
         for path in readOnlyBinds { arguments += ["--ro-bind", path, path] }
+        // The grants, each bound from the descriptor `OpenedGrant.open` checked (bubblewrap
+        // checks the mount is that node): no path is looked up again, so nothing can be
+        // swapped in. Alone in /grants, a folder's `..` and its symlinks lead nowhere else
+        // of the host: they resolve in the sandbox. Read-only binds are so recursively.
+        for (grant, fd) in zip(grants, grantFDs) {
+            arguments += [grant.writable ? "--bind-fd" : "--ro-bind-fd", "\(fd)", grant.insidePath]
+        }
         // The sandbox's own root is a tmpfs: read-only, so that a write outside the
         // container fails as it would on iOS instead of vanishing with the sandbox.
         arguments += ["--remount-ro", "/", "--chdir", Self.home, "--"]

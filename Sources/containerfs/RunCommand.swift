@@ -24,6 +24,16 @@ struct RunCommand: ParsableCommand {
             and the container is unmounted, also when the program crashes or is killed. One
             program runs in a container at a time. See docs/run.md.
 
+            --grant PATH opens one host file or folder to the program for the run, as iOS's \
+            document picker does (a security-scoped URL): it appears inside at /grants/NAME, NAME \
+            being the last component of PATH, read-only, or read-write with PATH:rw; nothing else \
+            of the host around it is reachable (its folder's `..` and symlinks resolve inside the \
+            sandbox). It is opened once and bound by descriptor, so a path swapped afterwards changes \
+            nothing; each grant is printed on stderr and recorded in the store's audit log \
+            ('containerfs audit STORE'), and is gone when the run ends. Root's program reads and \
+            writes it with _containerfs's host rights. The store, anything inside or above it, / and \
+            /tmp cannot be granted. See docs/run.md.
+
             --launches N runs the program N times, as N launches of the app, each in a mount
             of its own; between launches tmp/ is emptied and the caches are purged as
             --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn
@@ -60,6 +70,11 @@ struct RunCommand: ParsableCommand {
     @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
     var bindReadOnly: [String] = []
 
+    @Option(name: .customLong("grant"),
+            help: ArgumentHelp("Open a host file or folder to the program at /grants/NAME, read-only, or read-write with :rw (repeatable).",
+                               valueName: "PATH[:rw]"))
+    var grantItems: [String] = []
+
     @Option(name: .customLong("env"),
             help: ArgumentHelp("Pass a variable of this environment (NAME) or set one (NAME=VALUE) for the program (repeatable).",
                                valueName: "NAME[=VALUE]"))
@@ -95,6 +110,7 @@ struct RunCommand: ParsableCommand {
         if command.isEmpty { throw ValidationError("name the program to run after --: containerfs run STORE -- PROGRAM ARGS…") }
         if noConfine, noNetwork { throw ValidationError("--no-network needs the confinement: drop --no-confine") }
         if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
+        if noConfine, !grantItems.isEmpty { throw ValidationError("--grant needs the confinement (unconfined, the program sees the whole host): drop --no-confine") }
         for item in environmentItems where item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0].isEmpty {
             throw ValidationError("--env \(item) names no variable: write --env NAME or --env NAME=VALUE")
         }
@@ -125,6 +141,7 @@ struct RunCommand: ParsableCommand {
             var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
                           command: command, addedEnvironment: addedEnvironment)
             run.locked = locked
+            run.grants = grantItems.map(GrantRequest.init(parsing:))
             if let launches {
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)
