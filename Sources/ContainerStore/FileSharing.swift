@@ -237,6 +237,51 @@ public enum FileSharing {
         return [source, target]
     }
 
+    /// Every file file sharing shows in `Documents/`, as paths below it, in byte order;
+    /// folders are walked to `depth` levels, and at most `limit` files are returned.
+    public static func files(_ store: Store, depth: Int = 32, limit: Int = 10_000) -> [[[UInt8]]] {
+        var found: [[[UInt8]]] = []
+        var folders: [[[UInt8]]] = [[]]
+        while let folder = folders.popLast(), found.count < limit {
+            guard let entries = try? list(store, folder) else { continue }
+            for entry in entries {
+                if entry.isFolder {
+                    if folder.count < depth { folders.append(folder + [entry.name]) }
+                } else if found.count < limit {
+                    found.append(folder + [entry.name])
+                }
+            }
+        }
+        return found.sorted { $0.joined(separator: [0]).lexicographicallyPrecedes($1.joined(separator: [0])) }
+    }
+
+    /// Writes `contents` as the file `Documents/components…`, through the staging area and
+    /// one rename: replacing the file there (`replacing`) or taking a free name.
+    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool) throws(UserError) -> ContainerPath {
+        guard let name = components.last else { throw UserError.usage("name the file in Documents/ to write") }
+        let target = containerPath(components)
+        let parent = try openFolder(store, Array(components.dropLast()))
+        defer { close(parent) }
+        if replacing, type(of: name, in: parent) != S_IFREG { throw UserError("\(target) is not a file to replace") }
+        do {
+            let staging = try stagingFolder(store)
+            defer { close(staging) }
+            let temporary = StagingName.random(beside: name, "sharing")
+            try writeNewFile(at: staging, temporary, contents)
+            let renamed = withCName(temporary) { from in
+                withCName(name) { to in replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE) }
+            }
+            guard renamed == 0 else {
+                let error = Errno.current
+                _ = withCName(temporary) { unlinkat(staging, $0, 0) }
+                throw error
+            }
+        } catch {
+            throw UserError("cannot write \(target): \(error)")
+        }
+        return target
+    }
+
     /// The state folder's staging folder (as `deliver`'s, the same one and its lock).
     private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
         let made = withCName(Delivery.stagingName) { mkdirat(store.stateFD, $0, 0o700) }

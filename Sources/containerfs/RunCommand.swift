@@ -34,12 +34,14 @@ struct RunCommand: ParsableCommand {
             writes it with _containerfs's host rights. The store, anything inside or above it, / and \
             /tmp cannot be granted. See docs/run.md.
 
-            --launches N runs the program N times, as N launches of the app, each in a mount
-            of its own; between launches tmp/ is emptied and the caches are purged as
-            --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn
-            from --seed, sometimes all), one line each on stderr. The seed is printed first;
-            the exit status is the first failing launch's, named with the seed to replay it.
-            See docs/lifecycle.md.
+            --launches N runs the program N times, as N launches of the app, each in a mount \
+            of its own; between launches tmp/ is emptied and the caches are purged as \
+            --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn \
+            from --seed, sometimes all), one line each on stderr. The seed is printed first; \
+            the exit status is the first failing launch's, named with the seed to replay it. \
+            --share-edits random also has the user edit Documents/ between launches, as \
+            through file sharing (files renamed, replaced, deleted, added; drawn from the \
+            seed), for an app whose Info.plist enables it. See docs/lifecycle.md.
 
             A container with a capacity (see 'containerfs capacity') is a full disk to the \
             program past it. --low-storage SIZE|PERCENT frees space before the program starts, \
@@ -98,6 +100,9 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("What to purge between launches besides tmp/: none, tmp, caches or random (default: tmp).", valueName: "WHAT"))
     var purgeBetween: String?
 
+    @Option(help: ArgumentHelp("Between launches, the user edits Documents/ through file sharing: random renames, replacements, deletions and additions drawn from the seed (needs an Info.plist that enables file sharing).", valueName: "random"))
+    var shareEdits: String?
+
     @Flag(help: "Check the container against the storage guidelines when the program exits (see 'containerfs check').")
     var check = false
 
@@ -115,9 +120,10 @@ struct RunCommand: ParsableCommand {
             throw ValidationError("--env \(item) names no variable: write --env NAME or --env NAME=VALUE")
         }
         if let launches, launches < 1 { throw ValidationError("--launches must be at least 1, not \(launches)") }
-        if launches == nil, seed != nil || purgeBetween != nil {
-            throw ValidationError("--seed and --purge-between go with --launches N")
+        if launches == nil, seed != nil || purgeBetween != nil || shareEdits != nil {
+            throw ValidationError("--seed, --purge-between and --share-edits go with --launches N")
         }
+        if let shareEdits, shareEdits != "random" { throw ValidationError("--share-edits must be random, not '\(shareEdits)'") }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
             throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
@@ -144,7 +150,8 @@ struct RunCommand: ParsableCommand {
             run.grants = grantItems.map(GrantRequest.init(parsing:))
             if let launches {
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
-                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)
+                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp,
+                                        shareEdits: shareEdits != nil)
             }
             let runCheck = settings.map { _ in RunCheck() }
             if let runCheck { run.atProgramExit = { runCheck.take($0) } }

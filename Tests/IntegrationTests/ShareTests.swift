@@ -215,6 +215,66 @@ struct ShareTests {
         #expect(fields.first == 0, "a torn read: \(read)")
         #expect((fields.last ?? 0) >= 2, "the reader saw more than one version: \(read)")
     }
+
+    // MARK: run --launches --share-edits random
+
+    /// An app that trusts its document to stay as it left it fails at the first launch
+    /// after the user touched it; the failing launch names the seed and the options that
+    /// replay it, and the replay makes the same edits and fails at the same launch. Without
+    /// file sharing in Info.plist the option is refused before any launch.
+    @Test func shareEditsBreakAnAppThatTrustsItsDocumentsAndReplay() throws {
+        let fragile = "test \"$(cat Documents/notes.txt 2>/dev/null)\" = mine"
+        func launches(_ container: MountedContainer) throws -> ProgramResult {
+            try Data("mine".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/notes.txt")))
+            return try containerfsRun(container, ["--launches", "8", "--share-edits", "random", "--seed", "5"], ["sh", "-c", fragile])
+        }
+        let first = try launches(try MountedContainer(infoPlist: Self.sharingXML))
+        let again = try launches(try MountedContainer(infoPlist: Self.sharingXML))
+        #expect(first.status == 1, "\(first)")
+        #expect(first.stderr.hasPrefix("containerfs: 8 launches, purging tmp and the user editing Documents/ between them, seed 5\n"), "\(first)")
+        #expect(first.stderr.contains("(seed 5); replay it with --launches 8 --purge-between tmp --share-edits random --seed 5\n"), "\(first)")
+        #expect(first.stderr.contains("notes.txt"), "the edit that broke it is named: \(first)")
+        #expect(first.stderr == again.stderr, "the replay differs:\n\(first.stderr)\n\(again.stderr)")
+
+        let closed = try MountedContainer(infoPlist: Self.xmlPlist("<key>CFBundleName</key>\n\t<string>Demo</string>"))
+        let refused = try containerfsRun(closed, ["--launches", "3", "--share-edits", "random"], ["touch", "Documents/ran"])
+        #expect(refused.status == 1 && refused.stderr.contains("file sharing is off"), "\(refused)")
+        #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: closed.stored("Documents/ran")))
+        try expectCleanedUp(closed)
+    }
+
+    /// An app that copes — python3 opening its SQLite database in Documents/, starting a new
+    /// one when the user deleted, renamed or replaced it with something that is not a
+    /// database — passes every launch while the user edits around it.
+    @Test func anAppThatCopesWithShareEditsPassesEveryLaunch() throws {
+        let container = try MountedContainer(infoPlist: Self.sharingXML)
+        let app = """
+            import os, sqlite3
+            path = "Documents/notes.db"
+            try:
+                db = sqlite3.connect(path)
+                db.execute("create table if not exists notes(text)")
+            except sqlite3.DatabaseError:
+                db.close()
+                os.replace(path, "Documents/notes (damaged).db")
+                db = sqlite3.connect(path)
+                db.execute("create table notes(text)")
+                print("recovered")
+            db.execute("insert into notes values ('launch')")
+            db.commit()
+            print(db.execute("select count(*) from notes").fetchone()[0])
+            """
+        let result = try containerfsRun(container, ["--launches", "10", "--share-edits", "random", "--seed", "3"], ["python3", "-c", app])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stderr.contains("all 10 launches exited 0 (seed 3)"), "\(result)")
+        let edits = result.stderr.split(separator: "\n").filter { $0.contains("before launch") && $0.contains("; the user ") }
+        #expect(edits.count == 9, "\(result)")
+        #expect(edits.contains { $0.contains("replaced Documents/notes") || $0.contains("deleted Documents/notes") || $0.contains("renamed Documents/notes") },
+                "the database itself was edited: \(result)")
+        #expect(result.stdout.contains("recovered"), "the app met a replaced database: \(result)")
+        try expectCleanedUp(container)
+    }
 }
 
 /// Property lists shared with ContainerStoreTests' (the integration tests cannot import that target).
