@@ -34,6 +34,15 @@ struct RunCommand: ParsableCommand {
             writes it with _containerfs's host rights. The store, anything inside or above it, / and \
             /tmp cannot be granted. See docs/run.md.
 
+            --layout ios presents the container at iOS's paths: HOME is the data container \
+            /private/var/mobile/Containers/Data/Application/UUID (Documents/, Library/, tmp/), \
+            the bundle is at /private/var/containers/Bundle/Application/UUID/Name.app (also in \
+            CONTAINERFS_BUNDLE_PATH), /var is a symlink to /private/var. The UUIDs are recorded \
+            in the store, the same from run to run, and change as on iOS: at 'containerfs \
+            update', at the reinstall of an offloaded app, and in a restored store; --relocate \
+            changes them at every one of --launches. A program that stores absolute paths \
+            breaks there as it would on a device. See docs/run.md.
+
             --launches N runs the program N times, as N launches of the app, each in a mount \
             of its own; between launches tmp/ is emptied and the caches are purged as \
             --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn \
@@ -100,6 +109,12 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("What to purge between launches besides tmp/: none, tmp, caches or random (default: tmp).", valueName: "WHAT"))
     var purgeBetween: String?
 
+    @Option(help: ArgumentHelp("Where the program finds its container: home (/home/app, the default) or ios (iOS's paths under UUIDs recorded in the store; see docs/run.md).", valueName: "home|ios"))
+    var layout: String?
+
+    @Flag(help: "With --layout ios and --launches: new UUIDs at every launch, as if the app were reinstalled between launches.")
+    var relocate = false
+
     @Option(help: ArgumentHelp("Between launches, the user edits Documents/ through file sharing: random renames, replacements, deletions and additions drawn from the seed (needs an Info.plist that enables file sharing).", valueName: "random"))
     var shareEdits: String?
 
@@ -123,6 +138,9 @@ struct RunCommand: ParsableCommand {
         if launches == nil, seed != nil || purgeBetween != nil || shareEdits != nil {
             throw ValidationError("--seed, --purge-between and --share-edits go with --launches N")
         }
+        if let layout, layout != "home", layout != "ios" { throw ValidationError("--layout must be home or ios, not '\(layout)'") }
+        if noConfine, layout == "ios" { throw ValidationError("--layout ios needs the confinement: drop --no-confine") }
+        if relocate, layout != "ios" || launches == nil { throw ValidationError("--relocate goes with --layout ios and --launches N") }
         if let shareEdits, shareEdits != "random" { throw ValidationError("--share-edits must be random, not '\(shareEdits)'") }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
@@ -148,6 +166,8 @@ struct RunCommand: ParsableCommand {
                           command: command, addedEnvironment: addedEnvironment)
             run.locked = locked
             run.grants = grantItems.map(GrantRequest.init(parsing:))
+            run.iosLayout = layout == "ios"
+            run.relocate = relocate
             if let launches {
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp,
