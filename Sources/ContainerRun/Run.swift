@@ -59,6 +59,10 @@ public struct Run {
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
         var sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        // Under iOS's paths, /private and /var are the sandbox's own: a bind there would hide the container.
+        if iosLayout, let hiding = sandbox?.readOnlyBinds.first(where: { bind in ["/private", "/var"].contains { bind == $0 || bind.hasPrefix($0 + "/") } }) {
+            throw UserError.usage("--bind-ro \(hiding) would hide the container under --layout ios (/private/var): name a path outside /private and /var")
+        }
         let openedGrants = try OpenedGrant.open(grants, storePath: opened.path, appUser: sandbox?.appUser)
         sandbox?.grants = openedGrants
         for grant in openedGrants {

@@ -53,6 +53,9 @@ struct RunLayoutTests {
         #expect(again["home"] == home && again["bundle"] == seen["bundle"])
         let recorded = try String(contentsOfFile: container.stored(".containerfs/ios-uuids"), encoding: .utf8)
         #expect(recorded == "\(home.split(separator: "/").last ?? "")\n\(seen["bundle"]?.split(separator: "/").dropLast().last ?? "")\n")
+        // /var and /private are the layout's own: a --bind-ro there is refused.
+        let hiding = try runProgram([containerfsBinary, "run", container.store, "--layout", "ios", "--bind-ro", "/var/lib", "--", "true"], user: runner)
+        #expect(hiding.status == 64 && hiding.stderr.contains("would hide the container under --layout ios"), "\(hiding)")
         // The default layout is as it was.
         let plain = try runProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", "echo \"home=$HOME\"; echo \"bundle=$CONTAINERFS_BUNDLE_PATH\""], user: runner)
         #expect(plain.stdout == "home=/home/app\nbundle=\n", "\(plain)")
