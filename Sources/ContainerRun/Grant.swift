@@ -27,6 +27,7 @@ public struct GrantRequest: Sendable, Equatable {
         }
     }
 
+    /// `path`, read-write when `writable`.
     public init(path: String, writable: Bool) {
         self.path = path
         self.writable = writable
@@ -79,10 +80,13 @@ final class OpenedGrant {
                 throw UserError("cannot grant \(request.path): \(Errno.current)")
             }
             if forbidden.contains(host) {
-                throw UserError("cannot grant \(host): every run's container is mounted below it; grant the file or folder the program needs")
+                throw UserError(
+                    "cannot grant \(host): every run's container is mounted below it; grant the file or folder the program needs")
             }
             if host == store || host.hasPrefix(store + "/") || store.hasPrefix(host + "/") {
-                throw UserError("cannot grant \(host): it \(host == store ? "is" : host.hasPrefix(store + "/") ? "is inside" : "holds") the container's store, which the program reaches only through the container's rules")
+                throw UserError(
+                    "cannot grant \(host): it \(host == store ? "is" : host.hasPrefix(store + "/") ? "is inside" : "holds") the container's store, which the program reaches only through the container's rules"
+                )
             }
             let name = String(host[host.index(after: host.lastIndex(of: "/") ?? host.startIndex)...])
             let inside = GrantRequest.folder + "/" + name
@@ -95,7 +99,9 @@ final class OpenedGrant {
             let openError = Errno.current
             close(root)
             guard fd >= 0 else {
-                throw UserError("cannot grant \(host): \(openError)\(openError.code == ELOOP || openError.code == EXDEV ? " (a component became a symlink while it was being granted)" : "")")
+                throw UserError(
+                    "cannot grant \(host): \(openError)\(openError.code == ELOOP || openError.code == EXDEV ? " (a component became a symlink while it was being granted)" : "")"
+                )
             }
             var info = stat()
             guard fstat(fd, &info) == 0, [S_IFREG, S_IFDIR].contains(info.st_mode & S_IFMT) else {
@@ -104,7 +110,9 @@ final class OpenedGrant {
             }
             if let appUser, let blocked = firstUnsearchableFolder(above: host, by: appUser) {
                 close(fd)
-                throw UserError("cannot grant \(host): root's program runs as \(HostAppUser.name), which cannot search \(blocked) to reach it; grant a path it can reach (chmod o+x the folders above, or run as the user who owns it)")
+                throw UserError(
+                    "cannot grant \(host): root's program runs as \(HostAppUser.name), which cannot search \(blocked) to reach it; grant a path it can reach (chmod o+x the folders above, or run as the user who owns it)"
+                )
             }
             opened.append(OpenedGrant(hostPath: host, insidePath: inside, writable: request.writable, fd: fd))
         }
@@ -146,7 +154,8 @@ final class OpenedGrant {
 
     /// Records the grant in the store's audit log: who (the caller) granted what, where, how.
     func record(in store: Store) {
-        AuditLog.recordGrant(stateFD: store.stateFD, pid: getpid(), uid: getuid(), hostPath: hostPath, insidePath: insidePath,
-                             writable: writable)
+        AuditLog.recordGrant(
+            stateFD: store.stateFD, pid: getpid(), uid: getuid(), hostPath: hostPath, insidePath: insidePath,
+            writable: writable)
     }
 }

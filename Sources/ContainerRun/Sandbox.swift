@@ -12,7 +12,9 @@ public enum SandboxLayout: Sendable, Equatable {
     /// `/private/var`.
     case ios(ContainerUUIDs)
 
+    /// Where iOS keeps apps' data containers.
     public static let dataFolder = "/private/var/mobile/Containers/Data/Application"
+    /// Where iOS keeps apps' bundle containers.
     public static let bundleFolder = "/private/var/containers/Bundle/Application"
 
     /// The program's HOME: where the container's Documents/, Library/ and tmp/ are.

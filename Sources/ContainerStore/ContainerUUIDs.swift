@@ -11,7 +11,9 @@ import Glibc
 /// reinstall of an offloaded app) so that the next run draws new ones; a restore makes a
 /// new store, whose first run draws its own.
 public struct ContainerUUIDs: Equatable, Sendable {
+    /// The data container's UUID (HOME).
     public let data: String
+    /// The bundle container's UUID.
     public let bundle: String
 
     static let fileName = Array("ios-uuids".utf8)

@@ -21,8 +21,11 @@ public enum FileSharing {
 
     /// An entry as `ls` shows it.
     public struct Entry: Equatable, Sendable {
+        /// Its name, as bytes.
         public let name: [UInt8]
+        /// A folder (else a regular file).
         public let isFolder: Bool
+        /// A file's size in bytes; 0 for a folder.
         public let size: Int64
     }
 
@@ -31,7 +34,8 @@ public enum FileSharing {
     public static func requireEnabled(_ store: Store) throws(UserError) {
         let name = String(decoding: store.layout.bundleName, as: UTF8.self)
         if store.offloaded != nil {
-            throw UserError("\(store.path): the app is offloaded: file sharing reads its Info.plist; reinstall it with 'containerfs update'")
+            throw UserError(
+                "\(store.path): the app is offloaded: file sharing reads its Info.plist; reinstall it with 'containerfs update'")
         }
         let bytes: [UInt8]
         do {
@@ -47,7 +51,9 @@ public enum FileSharing {
             throw UserError("\(store.path): \(name)/Info.plist cannot be parsed (\(error)): file sharing is off")
         }
         guard case .dictionary(let entries) = plist, keys.contains(where: { entries[$0] == .bool(true) }) else {
-            throw UserError("\(store.path): file sharing is off: \(name)/Info.plist sets neither UIFileSharingEnabled nor LSSupportsOpeningDocumentsInPlace to true")
+            throw UserError(
+                "\(store.path): file sharing is off: \(name)/Info.plist sets neither UIFileSharingEnabled nor LSSupportsOpeningDocumentsInPlace to true"
+            )
         }
     }
 
@@ -122,7 +128,9 @@ public enum FileSharing {
         defer { close(parent) }
         let existing = type(of: name, in: parent)
         if let existing, existing != S_IFREG || sourceType != S_IFREG {
-            throw UserError("\(target) exists\(existing == S_IFDIR ? " as a folder" : existing == S_IFREG ? "" : " and is not a file"): only a file replaces a file; remove it first with 'share STORE rm'")
+            throw UserError(
+                "\(target) exists\(existing == S_IFDIR ? " as a folder" : existing == S_IFREG ? "" : " and is not a file"): only a file replaces a file; remove it first with 'share STORE rm'"
+            )
         }
         do {
             let staging = try stagingFolder(store)
@@ -140,11 +148,13 @@ public enum FileSharing {
                 // One change at a time from the capacity check to the rename, as `deliver`.
                 try sys { flock(staging, LOCK_EX) }
                 let replaced = existing == nil ? 0 : Capacity.treeBytes(at: parent, name)
-                try Capacity.checkFits(store, adding: Capacity.treeBytes(at: staging, temporary), removing: replaced,
-                                       "put \(source) into \(store.path)")
+                try Capacity.checkFits(
+                    store, adding: Capacity.treeBytes(at: staging, temporary), removing: replaced,
+                    "put \(source) into \(store.path)")
                 let renamed = withCName(temporary) { from in
                     withCName(name) { to in
-                        existing == nil ? clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE) : renameat(staging, from, parent, to)
+                        existing == nil
+                            ? clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE) : renameat(staging, from, parent, to)
                     }
                 }
                 guard renamed == 0 else { throw Errno.current }
@@ -176,10 +186,14 @@ public enum FileSharing {
         var folder = destination, leaf = Array(destination.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
         var existing = stat()
         if stat(destination, &existing) == 0 {
-            guard existing.st_mode & S_IFMT == S_IFDIR else { throw UserError("\(destination) exists: get never overwrites; name a new path") }
+            guard existing.st_mode & S_IFMT == S_IFDIR else {
+                throw UserError("\(destination) exists: get never overwrites; name a new path")
+            }
             leaf = name
         } else {
-            folder = destination.utf8.contains(UInt8(ascii: "/")) ? String(destination[..<(destination.lastIndex(of: "/") ?? destination.startIndex)]) : "."
+            folder =
+                destination.utf8.contains(UInt8(ascii: "/"))
+                ? String(destination[..<(destination.lastIndex(of: "/") ?? destination.startIndex)]) : "."
             if folder.isEmpty { folder = "/" }
         }
         guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(destination) names no file") }
@@ -193,13 +207,17 @@ public enum FileSharing {
             } else {
                 try TreeCopy.copyFile(from: sourceFD, toNew: temporary, in: parent)
             }
-            let renamed = withCName(temporary) { from in withCName(leaf) { to in clinux_renameat2(parent, from, parent, to, clinux_RENAME_NOREPLACE) } }
+            let renamed = withCName(temporary) { from in
+                withCName(leaf) { to in clinux_renameat2(parent, from, parent, to, clinux_RENAME_NOREPLACE) }
+            }
             guard renamed == 0 else { throw Errno.current }
         } catch {
             removeTree(at: parent, temporary)
             throw UserError("cannot get \(source) into \(destination): \(error)")
         }
-        return folder == "." ? String(decoding: leaf, as: UTF8.self) : (folder.hasSuffix("/") ? folder : folder + "/") + String(decoding: leaf, as: UTF8.self)
+        return folder == "."
+            ? String(decoding: leaf, as: UTF8.self)
+            : (folder.hasSuffix("/") ? folder : folder + "/") + String(decoding: leaf, as: UTF8.self)
     }
 
     /// Deletes the file or folder `Documents/components…`; returns its container path.
@@ -231,8 +249,12 @@ public enum FileSharing {
         let toParent = try openFolder(store, Array(to.dropLast()))
         defer { close(toParent) }
         guard let type = type(of: fromName, in: fromParent) else { throw UserError("cannot move \(source): \(Errno(ENOENT))") }
-        guard type == S_IFREG || type == S_IFDIR else { throw UserError("\(source) is not a file or folder: file sharing does not show it") }
-        let renamed = withCName(fromName) { old in withCName(toName) { new in clinux_renameat2(fromParent, old, toParent, new, clinux_RENAME_NOREPLACE) } }
+        guard type == S_IFREG || type == S_IFDIR else {
+            throw UserError("\(source) is not a file or folder: file sharing does not show it")
+        }
+        let renamed = withCName(fromName) { old in
+            withCName(toName) { new in clinux_renameat2(fromParent, old, toParent, new, clinux_RENAME_NOREPLACE) }
+        }
         guard renamed == 0 else { throw UserError("cannot move \(source) to \(target): \(Errno.current)") }
         return [source, target]
     }
@@ -257,7 +279,9 @@ public enum FileSharing {
 
     /// Writes `contents` as the file `Documents/components…`, through the staging area and
     /// one rename: replacing the file there (`replacing`) or taking a free name.
-    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool) throws(UserError) -> ContainerPath {
+    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool) throws(UserError)
+        -> ContainerPath
+    {
         guard let name = components.last else { throw UserError.usage("name the file in Documents/ to write") }
         let target = containerPath(components)
         let parent = try openFolder(store, Array(components.dropLast()))
@@ -269,7 +293,9 @@ public enum FileSharing {
             let temporary = StagingName.random(beside: name, "sharing")
             try writeNewFile(at: staging, temporary, contents)
             let renamed = withCName(temporary) { from in
-                withCName(name) { to in replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE) }
+                withCName(name) { to in
+                    replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE)
+                }
             }
             guard renamed == 0 else {
                 let error = Errno.current

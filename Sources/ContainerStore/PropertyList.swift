@@ -21,10 +21,12 @@ public indirect enum PropertyListValue: Equatable, Sendable {
 
 /// Why a property list was refused: what and where, for a one-line message.
 public struct PropertyListError: Error, Equatable, CustomStringConvertible, Sendable {
+    /// What is wrong, and where.
     public let description: String
     init(_ description: String) { self.description = description }
 }
 
+/// The parser: `parse`.
 public enum PropertyList {
     /// Deeper nesting than any real Info.plist has.
     static let depthLimit = 64
@@ -70,7 +72,8 @@ private struct BinaryReader {
         let table = Self.bigEndian(bytes[(trailer + 24)..<(trailer + 32)])
         // The table lies between the header and the trailer; compared without overflow.
         guard count >= 1, count <= UInt64(trailer), topObject < count, table >= 8, table <= UInt64(trailer),
-              count <= (UInt64(trailer) - table) / UInt64(offsetSize) else {
+            count <= (UInt64(trailer) - table) / UInt64(offsetSize)
+        else {
             throw PropertyListError("binary property list: bad trailer")
         }
         objectCount = Int(count)
@@ -90,7 +93,9 @@ private struct BinaryReader {
     private func offset(of index: Int) throws(PropertyListError) -> Int {
         let start = tableStart + index * offsetSize
         let offset = Self.bigEndian(bytes[start..<(start + offsetSize)])
-        guard offset >= 8, offset < UInt64(bytes.count - 32) else { throw PropertyListError("binary property list: object \(index) out of bounds") }
+        guard offset >= 8, offset < UInt64(bytes.count - 32) else {
+            throw PropertyListError("binary property list: object \(index) out of bounds")
+        }
         return Int(offset)
     }
 
@@ -150,7 +155,9 @@ private struct BinaryReader {
         case 0x5:
             let (count, start) = try length(marker: marker, at: position)
             let ascii = try slice(start, count)
-            guard ascii.allSatisfy({ $0 < 0x80 }) else { throw PropertyListError("binary property list: ASCII string with a byte past 127") }
+            guard ascii.allSatisfy({ $0 < 0x80 }) else {
+                throw PropertyListError("binary property list: ASCII string with a byte past 127")
+            }
             return .string(String(decoding: ascii, as: UTF8.self))
         case 0x6:
             let (count, start) = try length(marker: marker, at: position)
@@ -163,7 +170,9 @@ private struct BinaryReader {
                 units.append(UInt16(raw[index]) << 8 | UInt16(raw[index + 1]))
                 index += 2
             }
-            guard let text = String(validating: units, as: UTF16.self) else { throw PropertyListError("binary property list: bad UTF-16 string") }
+            guard let text = String(validating: units, as: UTF16.self) else {
+                throw PropertyListError("binary property list: bad UTF-16 string")
+            }
             return .string(text)
         case 0xA:
             let (count, start) = try length(marker: marker, at: position)
@@ -183,7 +192,8 @@ private struct BinaryReader {
             for item in 0..<count {
                 let keyAt = references.startIndex + item * referenceSize
                 let valueAt = references.startIndex + (count + item) * referenceSize
-                guard case .string(let key) = try object(try reference(references[keyAt..<(keyAt + referenceSize)]), depth: depth + 1) else {
+                guard case .string(let key) = try object(try reference(references[keyAt..<(keyAt + referenceSize)]), depth: depth + 1)
+                else {
                     throw PropertyListError("binary property list: a dictionary key is not a string")
                 }
                 guard entries[key] == nil else { throw PropertyListError("property list: key \(key) appears twice") }
@@ -344,7 +354,8 @@ private struct XMLReader {
                 case "apos": out.append(UInt8(ascii: "'"))
                 default:
                     let code: UInt32? =
-                        entity.hasPrefix("#x") ? UInt32(entity.dropFirst(2), radix: 16)
+                        entity.hasPrefix("#x")
+                        ? UInt32(entity.dropFirst(2), radix: 16)
                         : entity.hasPrefix("#") ? UInt32(entity.dropFirst(), radix: 10) : nil
                     guard let code, code != 0, let scalar = Unicode.Scalar(code) else { throw error("unknown entity &\(entity);") }
                     out += Array(String(Character(scalar)).utf8)

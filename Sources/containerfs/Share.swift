@@ -5,7 +5,8 @@ import Glibc
 
 struct Share: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List, add, replace, get, rename and delete files in a container's Documents/, as Finder and the Files app do (file sharing).",
+        abstract:
+            "List, add, replace, get, rename and delete files in a container's Documents/, as Finder and the Files app do (file sharing).",
         discussion: """
             containerfs share STORE ls [PATH] lists a folder of Documents/ (a folder ends in /); \
             put HOST [PATH] copies a host file or folder in (PATH: its name in Documents/, default \
@@ -37,7 +38,9 @@ struct Share: ParsableCommand {
     func validate() throws {
         guard let range = Self.arity[action] else { throw ValidationError("the action must be ls, put, get, rm or mv, not '\(action)'") }
         guard range.contains(operands.count) else {
-            let usage = ["ls": "ls [PATH]", "put": "put HOST [PATH]", "get": "get PATH [HOST]", "rm": "rm PATH", "mv": "mv PATH NEWPATH"][action] ?? action
+            let usage =
+                ["ls": "ls [PATH]", "put": "put HOST [PATH]", "get": "get PATH [HOST]", "rm": "rm PATH", "mv": "mv PATH NEWPATH"][action]
+                ?? action
             throw ValidationError("write containerfs share STORE \(usage)")
         }
     }
@@ -55,7 +58,8 @@ struct Share: ParsableCommand {
                 }
             case "put":
                 let host = operands[0]
-                let name = operands.count > 1 ? rawArgument(operands[1]) : Array(rawArgument(host).split(separator: UInt8(ascii: "/")).last ?? [])
+                let name =
+                    operands.count > 1 ? rawArgument(operands[1]) : Array(rawArgument(host).split(separator: UInt8(ascii: "/")).last ?? [])
                 let path = try FileSharing.put(host, to: try FileSharing.components(name), in: opened)
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
@@ -69,8 +73,9 @@ struct Share: ParsableCommand {
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("removed \(path)\n")
             default:
-                let paths = try FileSharing.move(try FileSharing.components(rawArgument(operands[0])),
-                                                 to: try FileSharing.components(rawArgument(operands[1])), in: opened)
+                let paths = try FileSharing.move(
+                    try FileSharing.components(rawArgument(operands[0])),
+                    to: try FileSharing.components(rawArgument(operands[1])), in: opened)
                 try ControlChannel.invalidate(opened, paths)
                 FileHandleOutput.standardOutput.write("moved \(paths[0]) to \(paths[1])\n")
             }
