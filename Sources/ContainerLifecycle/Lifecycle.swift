@@ -78,6 +78,8 @@ public enum Lifecycle {
         // As iOS terminates the app to update it: its tmp/ goes.
         let emptied = Purge.emptyTemporary(store).removed
         try BundleSwitch.commit(store, working: working, newBundle: newName)
+        // As iOS moves an updated or reinstalled app: new UUIDs at the next run (ContainerUUIDs).
+        ContainerUUIDs.forget(store)
         withExtendedLifetime(hold) {}
         // A store made before stores were private is closed to other users at a reinstall,
         // as `create` and `restore` make new ones (docs/policy.md).

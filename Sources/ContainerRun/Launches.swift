@@ -29,16 +29,68 @@ public struct Launches: Sendable {
     public var seed: UInt64
     /// What is purged between launches.
     public var purge: PurgeBetween
+    /// Whether the user edits `Documents/` between launches through file sharing
+    /// (`--share-edits random`): files renamed, replaced, deleted, added, drawn from `seed`.
+    public var shareEdits: Bool
 
     /// `count` launches purging `purge` between them, drawing from `seed`.
-    public init(count: Int, seed: UInt64, purge: PurgeBetween) {
+    public init(count: Int, seed: UInt64, purge: PurgeBetween, shareEdits: Bool = false) {
         self.count = count
         self.seed = seed
         self.purge = purge
+        self.shareEdits = shareEdits
     }
 
     /// The options that replay these launches.
-    public var replay: String { "--launches \(count) --purge-between \(purge.rawValue) --seed \(seed)" }
+    public var replay: String {
+        "--launches \(count) --purge-between \(purge.rawValue)\(shareEdits ? " --share-edits random" : "") --seed \(seed)"
+    }
+
+    /// One change the user makes in `Documents/` through file sharing. Paths are below
+    /// `Documents/`, as components (bytes).
+    public enum ShareEdit: Equatable, Sendable {
+        /// A new file at the top of `Documents/`.
+        case add([[UInt8]])
+        /// A file renamed in its folder.
+        case rename([[UInt8]], to: [[UInt8]])
+        /// A file's contents replaced by others (as a save from another device).
+        case replace([[UInt8]])
+        case delete([[UInt8]])
+    }
+
+    /// The edits the user makes before launch `launch`, among `files` (the files file
+    /// sharing shows, in byte order): one to three, each on a file drawn from those still
+    /// there — renamed (to `renamed-L-K` with its extension), replaced, deleted — or a new
+    /// file added (`Shared L-K.txt`), always an add when no file is left. The same
+    /// generator state on the same files gives the same edits.
+    public static func randomEdits(of files: [[[UInt8]]], beforeLaunch launch: Int, using generator: inout SplitMix64) -> [ShareEdit] {
+        var files = files
+        var edits: [ShareEdit] = []
+        for number in 0..<Int(1 + generator.next() % 3) {
+            let kind = files.isEmpty ? 0 : generator.next() % 4
+            if kind == 0 {
+                let added = [Array("Shared \(launch)-\(number).txt".utf8)]
+                edits.append(.add(added))
+                continue
+            }
+            let index = Int(generator.next() % UInt64(files.count))
+            let file = files[index]
+            switch kind {
+            case 1:
+                let name = file.last ?? []
+                let dot = name.lastIndex(of: UInt8(ascii: ".")).flatMap { $0 > 0 ? $0 : nil }
+                let renamed = Array(file.dropLast()) + [Array("renamed-\(launch)-\(number)".utf8) + (dot.map { Array(name[$0...]) } ?? [])]
+                edits.append(.rename(file, to: renamed))
+                files[index] = renamed
+            case 2:
+                edits.append(.replace(file))
+            default:
+                edits.append(.delete(file))
+                files.remove(at: index)
+            }
+        }
+        return edits
+    }
 
     /// Which of `files` cache files `random` purges: one draw in four takes all of them,
     /// otherwise a share of 0–100 % is drawn and each file (in path order) goes with that
@@ -74,7 +126,9 @@ extension Run {
     /// a single run, and no launch starts after it.
     func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
         let replay = launches.replay
-        say("\(launches.count) launches, purging \(launches.purge.rawValue) between them, seed \(launches.seed)")
+        // The user can edit Documents/ only of an app that shares it: refused before any launch.
+        if launches.shareEdits { try FileSharing.requireEnabled(opened) }
+        say("\(launches.count) launches, purging \(launches.purge.rawValue)\(launches.shareEdits ? " and the user editing Documents/" : "") between them, seed \(launches.seed)")
         var generator = SplitMix64(seed: launches.seed)
         var purged: String?
         for number in 1...launches.count {
@@ -89,7 +143,8 @@ extension Run {
                 return status
             }
             guard number < launches.count else { break }
-            let line = purgeBetween(opened, launches.purge, &generator)
+            var line = purgeBetween(opened, launches.purge, &generator)
+            if launches.shareEdits { line += "; " + shareEdits(opened, beforeLaunch: number + 1, &generator) }
             purged = line
             say("before launch \(number + 1): \(line)")
         }
@@ -116,6 +171,30 @@ extension Run {
                 ? "all \(caches.count) cache file\(caches.count == 1 ? "" : "s") purged"
                 : "\(removed.files) of \(caches.count) cache files purged"
         return "tmp/ emptied; \(what) (\(removed.bytes) bytes freed, \(kept) file\(kept == 1 ? "" : "s") kept)"
+    }
+
+    /// Makes the user's edits before `launch` (the app is not running: nothing is mounted)
+    /// and says what they were, as part of the line.
+    private func shareEdits(_ store: Store, beforeLaunch launch: Int, _ generator: inout SplitMix64) -> String {
+        let edits = Launches.randomEdits(of: FileSharing.files(store), beforeLaunch: launch, using: &generator)
+        let said = edits.map { edit -> String in
+            do {
+                switch edit {
+                case .add(let path):
+                    return "added \(try FileSharing.write(Array("added by the user before launch \(launch)\n".utf8), to: path, in: store, replacing: false))"
+                case .rename(let from, let to):
+                    let paths = try FileSharing.move(from, to: to, in: store)
+                    return "renamed \(paths[0]) to \(paths[1])"
+                case .replace(let path):
+                    return "replaced \(try FileSharing.write(Array("replaced by the user before launch \(launch)\n".utf8), to: path, in: store, replacing: true))"
+                case .delete(let path):
+                    return "deleted \(try FileSharing.remove(path, from: store))"
+                }
+            } catch {
+                return "could not: \((error as? UserError)?.message ?? "\(error)")"
+            }
+        }
+        return "the user " + said.joined(separator: ", ")
     }
 
     private func say(_ line: String) {

@@ -24,6 +24,12 @@ public struct Run {
     /// Variables added to the program's environment (`--env`): a value, or nil to take
     /// this process's (none when it has none).
     let addedEnvironment: [(name: String, value: String?)]
+    /// Host files and folders the program may open during the run (`--grant`, Grant.swift).
+    public var grants: [GrantRequest] = []
+    /// Present the container at iOS's paths (`--layout ios`, `SandboxLayout.ios`).
+    public var iosLayout = false
+    /// With `iosLayout` and `launches`: new UUIDs at every launch (`--relocate`).
+    public var relocate = false
     /// Mount with the device locked since boot (`--locked`, SPEC §11).
     public var locked = false
     /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
@@ -52,7 +58,17 @@ public struct Run {
         let opened = try Store.open(store, changing: false)
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
-        let sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        var sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
+        // Under iOS's paths, /private and /var are the sandbox's own: a bind there would hide the container.
+        if iosLayout, let hiding = sandbox?.readOnlyBinds.first(where: { bind in ["/private", "/var"].contains { bind == $0 || bind.hasPrefix($0 + "/") } }) {
+            throw UserError.usage("--bind-ro \(hiding) would hide the container under --layout ios (/private/var): name a path outside /private and /var")
+        }
+        let openedGrants = try OpenedGrant.open(grants, storePath: opened.path, appUser: sandbox?.appUser)
+        sandbox?.grants = openedGrants
+        for grant in openedGrants {
+            grant.record(in: opened)
+            FileHandleOutput.standardError.write("containerfs: \(grant.announcement)\n")
+        }
         // Stores are made 0700 now; an older one lets other users in through what the program makes.
         var top = stat()
         if fstat(opened.rootFD, &top) == 0, top.st_mode & 0o007 != 0 {
@@ -101,7 +117,9 @@ public struct Run {
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
         if let sandbox {
-            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay)
+            let layout = try layout(opened, launch: number)
+            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, layout: layout,
+                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self))
             status = ended
             return ended
         }
@@ -115,7 +133,21 @@ public struct Run {
 
     /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
     /// is the program's, 128+N for a signal).
-    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay) throws(UserError) -> Int32 {
+    /// Where launch `number` shows the container: iOS's paths under the recorded UUIDs
+    /// (drawn anew for each launch after the first with `relocate`), said on stderr.
+    private func layout(_ store: Store, launch number: Int) throws(UserError) -> SandboxLayout {
+        guard iosLayout else { return .home }
+        let bundleName = String(decoding: store.layout.bundleName, as: UTF8.self)
+        guard Array(bundleName.utf8) == store.layout.bundleName, !bundleName.contains("\n") else {
+            throw UserError("the bundle's name \(ContainerPath.printable(store.layout.bundleName)) is not UTF-8: --layout ios cannot name its path")
+        }
+        let layout = SandboxLayout.ios(try ContainerUUIDs.current(store, renewing: relocate && number > 1))
+        FileHandleOutput.standardError.write("containerfs: HOME \(layout.home), bundle \(layout.bundle(bundleName))\n")
+        return layout
+    }
+
+    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay, layout: SandboxLayout,
+                             bundleName: String) throws(UserError) -> Int32 {
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
         guard pipe(&filter) == 0 else {
@@ -136,15 +168,21 @@ public struct Run {
         let asRoot = sandbox.appUser != nil
         // Root's program runs as 501: `mobile` in the passwd and group files it sees. Files
         // without a name (freed with the last descriptor): bubblewrap reads them at its pace.
-        let accounts = asRoot ? accountFiles() : nil
+        let accounts = asRoot ? accountFiles(home: layout.home) : nil
         defer { if let accounts { close(accounts.passwd); close(accounts.group) } }
+        // The grants' descriptors follow, with no gap (the spawn closes only those above the last).
+        let firstGrantFD = accounts == nil ? passwdFD : groupFD + 1
+        let grantFDs = sandbox.grants.indices.map { firstGrantFD + Int32($0) }
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
-                                       environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
+                                       environment: Sandbox.environment(home: layout.home, bundle: iosLayout ? layout.bundle(bundleName) : nil,
+                                                                        added: addedEnvironment),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
                                        filterFD: filterFD, devicesFolder: asRoot ? Self.devicesFolder(of: mountpoint) : nil,
-                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) })
+                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) }, grantFDs: grantFDs,
+                                       layout: layout, bundleName: bundleName)
         var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
         if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
+        passing += zip(sandbox.grants, grantFDs).map { ($0.fd, $1) }
         let pid: pid_t
         do {
             // From /: the caller's folder may be one the host app user cannot enter.
@@ -177,9 +215,9 @@ public struct Run {
 
     /// The `Sandbox.accounts` files, each in an unnamed file in /tmp at offset 0; nil when
     /// they cannot be made (the program then sees the host's files, without `mobile`).
-    private func accountFiles() -> (passwd: Int32, group: Int32)? {
+    private func accountFiles(home: String) -> (passwd: Int32, group: Int32)? {
         let tables = Sandbox.accounts(passwd: (try? readFile(at: AT_FDCWD, Array("/etc/passwd".utf8))) ?? [],
-                                      group: (try? readFile(at: AT_FDCWD, Array("/etc/group".utf8))) ?? [])
+                                      group: (try? readFile(at: AT_FDCWD, Array("/etc/group".utf8))) ?? [], home: home)
         func unnamedFile(_ contents: [UInt8]) -> Int32? {
             let fd = open("/tmp", clinux_O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600)
             guard fd >= 0 else { return nil }
@@ -261,7 +299,7 @@ public struct Run {
             if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
         }
         Self.removeMountpoint(mountpoint)
-        let denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= AuditLog.recordTime(since) }
+        let denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= AuditLog.recordTime(since) && !$0.isGrant }
         if !denials.isEmpty {
             let denied = denials.count
             let protected = denials.count { $0.rule == Denial.protectedDataUnavailable.rawValue }

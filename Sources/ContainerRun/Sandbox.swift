@@ -2,6 +2,38 @@ import ContainerStore
 import Foundation
 import Glibc
 
+/// Where a confined program finds its container (`run --layout`).
+public enum SandboxLayout: Sendable, Equatable {
+    /// The container at `Sandbox.home`, the bundle inside it, as always.
+    case home
+    /// iOS's paths (docs/run.md, "The iOS layout"): the data container as HOME at
+    /// `/private/var/mobile/Containers/Data/Application/<data>`, the bundle at
+    /// `/private/var/containers/Bundle/Application/<bundle>/Name.app`, `/var` a symlink to
+    /// `/private/var`.
+    case ios(ContainerUUIDs)
+
+    /// Where iOS keeps apps' data containers.
+    public static let dataFolder = "/private/var/mobile/Containers/Data/Application"
+    /// Where iOS keeps apps' bundle containers.
+    public static let bundleFolder = "/private/var/containers/Bundle/Application"
+
+    /// The program's HOME: where the container's Documents/, Library/ and tmp/ are.
+    public var home: String {
+        switch self {
+        case .home: Sandbox.home
+        case .ios(let uuids): Self.dataFolder + "/" + uuids.data
+        }
+    }
+
+    /// Where the bundle `bundleName` is.
+    public func bundle(_ bundleName: String) -> String {
+        switch self {
+        case .home: Sandbox.home + "/" + bundleName
+        case .ios(let uuids): Self.bundleFolder + "/" + uuids.bundle + "/" + bundleName
+        }
+    }
+}
+
 /// What a program run by `containerfs run` sees of the host: the bubblewrap command line
 /// (Debian's `bubblewrap`, as Flatpak confines apps) and the environment.
 public struct Sandbox {
@@ -25,7 +57,7 @@ public struct Sandbox {
     /// The host's `/etc/passwd` and `/etc/group` as a program root started sees them: its
     /// uid and gid 501 named `mobile`, as on iOS (`id -un`, `whoami`, git's default
     /// identity), every other line as on the host. Lines naming 501 or `mobile` are dropped.
-    static func accounts(passwd: [UInt8], group: [UInt8]) -> (passwd: [UInt8], group: [UInt8]) {
+    static func accounts(passwd: [UInt8], group: [UInt8], home: String = Sandbox.home) -> (passwd: [UInt8], group: [UInt8]) {
         func replacing(_ table: [UInt8], idField: Int, with line: String) -> [UInt8] {
             let kept = table.split(separator: UInt8(ascii: "\n")).filter { entry in
                 let fields = entry.split(separator: UInt8(ascii: ":"), omittingEmptySubsequences: false)
@@ -53,6 +85,8 @@ public struct Sandbox {
     let readOnlyBinds: [String]
     /// When root runs the program: the host user it runs as.
     let appUser: HostAppUser?
+    /// The host files and folders the program may open (`--grant`), at `/grants/NAME`.
+    var grants: [OpenedGrant] = []
 
     /// Finds bubblewrap (and, for root, `HostAppUser`) and checks the paths to bind; fails
     /// with one line if any is missing.
@@ -98,16 +132,20 @@ public struct Sandbox {
     /// - `devicesFolder`: for root's program, where `makeDevices` made its `/dev` nodes.
     /// - `accountFDs`: descriptors bubblewrap reads the `accounts` files from, shown as
     ///   `/etc/passwd` and `/etc/group` (for a program run as `appUserID`).
+    /// - `grantFDs`: the descriptors bubblewrap gets `grants`' nodes as, in their order.
     /// - `environment`: the program's. bubblewrap itself runs on the host with every
     ///   capability (as root) and starts with `hostEnvironment` only: a variable meant for
     ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
     ///   the program's with `--clearenv` and `--setenv`.
+    /// - `layout`, `bundleName`: where the container and its bundle appear.
     func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
                      terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, devicesFolder: String? = nil,
-                     accountFDs: (passwd: Int32, group: Int32)? = nil) -> (executable: String, arguments: [String]) {
+                     accountFDs: (passwd: Int32, group: Int32)? = nil, grantFDs: [Int32] = [],
+                     layout: SandboxLayout = .home, bundleName: String = "") -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
         var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
-                                            filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs)
+                                            filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs,
+                                            grantFDs: grantFDs, layout: layout, bundleName: bundleName)
         let settings = ["--clearenv"] + environment.sorted { $0.key < $1.key }.flatMap { ["--setenv", $0.key, $0.value] }
         arguments.insert(contentsOf: settings, at: arguments.count - 1)   // before the closing "--"
         var line = (executable: bubblewrap, arguments: arguments + command)
@@ -126,7 +164,8 @@ public struct Sandbox {
 
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
     private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, devicesFolder: String?,
-                                     accountFDs: (passwd: Int32, group: Int32)?) -> [String] {
+                                     accountFDs: (passwd: Int32, group: Int32)?, grantFDs: [Int32], layout: SandboxLayout,
+                                     bundleName: String) -> [String] {
         // A user namespace always, even for root: the program has no capability (a root
         // one could remount the read-only binds and write the host), cannot make another
         // user namespace to get some back, and bubblewrap sets no_new_privs.
@@ -165,16 +204,36 @@ public struct Sandbox {
         if let devicesFolder {
             for name in Self.devices { arguments += ["--dev-bind", devicesFolder + "/" + name, "/dev/" + name] }
         }
-        arguments += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
-        // The container; its tmp is also /tmp.
-        arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]
+        switch layout {
+        case .home:
+            arguments += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]
+            // The container; its tmp is also /tmp.
+            arguments += ["--bind", mountpoint, Self.home, "--bind", mountpoint + "/tmp", "/tmp"]
+        case .ios:
+            // The whole mount as the data container, so that a rename from tmp/ into
+            // Documents/ stays within one mount (across two binds it would be EXDEV); its
+            // bundle folder is covered by an empty read-only one, and the bundle shown at
+            // its own path, from the same mount (its rules unchanged).
+            let home = layout.home, bundle = layout.bundle(bundleName)
+            arguments += ["--dir", "/private/var", "--symlink", "private/var", "/var", "--symlink", "/tmp", "/private/var/tmp"]
+            arguments += ["--bind", mountpoint, home, "--bind", mountpoint + "/tmp", "/tmp"]
+            arguments += ["--bind", mountpoint + "/" + bundleName, bundle]
+            arguments += ["--tmpfs", home + "/" + bundleName, "--remount-ro", home + "/" + bundleName]
+        }
         // The caller's binds last, so that one below /tmp is not hidden by the container's
         // tmp (bubblewrap makes its mount point there, purged with tmp). `init` refused
         // those that would hide the container.
         for path in readOnlyBinds { arguments += ["--ro-bind", path, path] }
+        // The grants, each bound from the descriptor `OpenedGrant.open` checked (bubblewrap
+        // checks the mount is that node): no path is looked up again, so nothing can be
+        // swapped in. Alone in /grants, a folder's `..` and its symlinks lead nowhere else
+        // of the host: they resolve in the sandbox. Read-only binds are so recursively.
+        for (grant, fd) in zip(grants, grantFDs) {
+            arguments += [grant.writable ? "--bind-fd" : "--ro-bind-fd", "\(fd)", grant.insidePath]
+        }
         // The sandbox's own root is a tmpfs: read-only, so that a write outside the
         // container fails as it would on iOS instead of vanishing with the sandbox.
-        arguments += ["--remount-ro", "/", "--chdir", Self.home, "--"]
+        arguments += ["--remount-ro", "/", "--chdir", layout.home, "--"]
         return arguments
     }
 
@@ -204,7 +263,9 @@ public struct Sandbox {
     /// The program's environment: `passedVariables` and the locale's from the caller's,
     /// the home and XDG folders in the container at `home`, then `added` (`--env`: a
     /// value, or nil to take the caller's, and left out when the caller has none).
-    static func environment(home: String, added: [(name: String, value: String?)] = []) -> [String: String] {
+    /// `bundle`: with `--layout ios`, the bundle's path, as `CONTAINERFS_BUNDLE_PATH` (an
+    /// app's `Bundle.main.bundlePath`).
+    static func environment(home: String, bundle: String? = nil, added: [(name: String, value: String?)] = []) -> [String: String] {
         let caller = ProcessInfo.processInfo.environment
         var environment = caller.filter { name, _ in
             passedVariables.contains(name) || passedPrefixes.contains { name.hasPrefix($0) }
@@ -215,6 +276,7 @@ public struct Sandbox {
         environment["XDG_CACHE_HOME"] = home + "/Library/Caches"
         environment["XDG_CONFIG_HOME"] = home + "/Library/Preferences"
         environment["XDG_DATA_HOME"] = home + "/Library/Application Support"
+        if let bundle { environment["CONTAINERFS_BUNDLE_PATH"] = bundle }
         if environment["PATH"] == nil { environment["PATH"] = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin" }
         for (name, value) in added { environment[name] = value ?? caller[name] }
         return environment

@@ -24,6 +24,13 @@ public struct AuditRecord: Codable, Sendable, Equatable {
 }
 
 extension AuditRecord {
+    /// The rules of the records `run --grant` writes: not denials, but what a run let its
+    /// program open outside the container (who granted what, where).
+    public static let grantRules: Set<String> = ["granted read-only", "granted read-write"]
+
+    /// Whether this records a grant rather than a denial.
+    public var isGrant: Bool { Self.grantRules.contains(rule) }
+
     /// The record as one line for people (`containerfs audit`): time, process, user,
     /// operation, path(s) with their area, errno and the rule. Every field goes through
     /// `printable`, so a name (or a doctored log) cannot start a line of its own or send
@@ -108,6 +115,27 @@ public final class AuditLog: @unchecked Sendable {
             return true
         }
         if queued { wake.signal() }
+    }
+
+    /// Appends the record of a `run --grant`: `pid` and `uid` are the caller's, `paths` the
+    /// host path and the path inside the sandbox. Written directly (no daemon is running
+    /// yet), with the same care as the writer's (no symlink, a regular file only).
+    public static func recordGrant(stateFD: Int32, pid: Int32, uid: UInt32, hostPath: String, insidePath: String, writable: Bool) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let record = AuditRecord(time: timestamp(now), pid: pid, process: processName(pid), uid: uid, operation: "grant",
+                                 paths: [hostPath, insidePath], areas: ["host", "sandbox"], errno: "-",
+                                 rule: writable ? "granted read-write" : "granted read-only")
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(record) else { return }
+        let fd = withCName(fileName) { openat(stateFD, $0, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else { return }
+        defer { Glibc.close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return }
+        let line = Array(data) + [UInt8(ascii: "\n")]
+        _ = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
 
     /// Writes what is queued and stops the writer.

@@ -136,7 +136,7 @@ struct CheckCommand: ParsableCommand {
             let opened = try Store.open(store, changing: false)
             var facts = CheckFacts()
             try facts.measure(opened, temporary: false)
-            facts.denials = AuditLog.read(stateFD: opened.stateFD)
+            facts.denials = AuditLog.read(stateFD: opened.stateFD).filter { !$0.isGrant }
             let report = CheckReport(store: store, facts: facts, settings: settings)
             try options.writeJUnit(report)
             FileHandleOutput.standardOutput.write(json ? report.json : report.table)
@@ -167,7 +167,7 @@ final class RunCheck {
     func report(_ store: Store, name: String, since: timespec, settings: CheckSettings, replay: String?) -> CheckReport {
         var facts = facts
         let start = AuditLog.recordTime(since)
-        facts.denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= start }
+        facts.denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= start && !$0.isGrant }
         if facts.launches.count < 2 { facts.backupBytesAtFirstLaunch = nil }
         facts.replay = replay
         return CheckReport(store: name, facts: facts, settings: settings)

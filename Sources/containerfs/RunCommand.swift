@@ -24,12 +24,33 @@ struct RunCommand: ParsableCommand {
             and the container is unmounted, also when the program crashes or is killed. One \
             program runs in a container at a time. See docs/run.md.
 
+            --grant PATH opens one host file or folder to the program for the run, as iOS's \
+            document picker does (a security-scoped URL): it appears inside at /grants/NAME, NAME \
+            being the last component of PATH, read-only, or read-write with PATH:rw; nothing else \
+            of the host around it is reachable (its folder's `..` and symlinks resolve inside the \
+            sandbox). It is opened once and bound by descriptor, so a path swapped afterwards changes \
+            nothing; each grant is printed on stderr and recorded in the store's audit log \
+            ('containerfs audit STORE'), and is gone when the run ends. Root's program reads and \
+            writes it with _containerfs's host rights. The store, anything inside or above it, / and \
+            /tmp cannot be granted. See docs/run.md.
+
+            --layout ios presents the container at iOS's paths: HOME is the data container \
+            /private/var/mobile/Containers/Data/Application/UUID (Documents/, Library/, tmp/), \
+            the bundle is at /private/var/containers/Bundle/Application/UUID/Name.app (also in \
+            CONTAINERFS_BUNDLE_PATH), /var is a symlink to /private/var. The UUIDs are recorded \
+            in the store, the same from run to run, and change as on iOS: at 'containerfs \
+            update', at the reinstall of an offloaded app, and in a restored store; --relocate \
+            changes them at every one of --launches. A program that stores absolute paths \
+            breaks there as it would on a device. See docs/run.md.
+
             --launches N runs the program N times, as N launches of the app, each in a mount \
             of its own; between launches tmp/ is emptied and the caches are purged as \
             --purge-between says (none, tmp: caches kept; caches: all; random: a share drawn \
             from --seed, sometimes all), one line each on stderr. The seed is printed first; \
             the exit status is the first failing launch's, named with the seed to replay it. \
-            See docs/lifecycle.md.
+            --share-edits random also has the user edit Documents/ between launches, as \
+            through file sharing (files renamed, replaced, deleted, added; drawn from the \
+            seed), for an app whose Info.plist enables it. See docs/lifecycle.md.
 
             A container with a capacity (see 'containerfs capacity') is a full disk to the \
             program past it. --low-storage SIZE|PERCENT frees space before the program starts, \
@@ -60,6 +81,11 @@ struct RunCommand: ParsableCommand {
     @Option(name: .customLong("bind-ro"), help: ArgumentHelp("Show a host path inside, read-only, at the same place (repeatable).", valueName: "PATH"))
     var bindReadOnly: [String] = []
 
+    @Option(name: .customLong("grant"),
+            help: ArgumentHelp("Open a host file or folder to the program at /grants/NAME, read-only, or read-write with :rw (repeatable).",
+                               valueName: "PATH[:rw]"))
+    var grantItems: [String] = []
+
     @Option(name: .customLong("env"),
             help: ArgumentHelp("Pass a variable of this environment (NAME) or set one (NAME=VALUE) for the program (repeatable).",
                                valueName: "NAME[=VALUE]"))
@@ -83,6 +109,15 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("What to purge between launches besides tmp/: none, tmp, caches or random (default: tmp).", valueName: "WHAT"))
     var purgeBetween: String?
 
+    @Option(help: ArgumentHelp("Where the program finds its container: home (/home/app, the default) or ios (iOS's paths under UUIDs recorded in the store; see docs/run.md).", valueName: "home|ios"))
+    var layout: String?
+
+    @Flag(help: "With --layout ios and --launches: new UUIDs at every launch, as if the app were reinstalled between launches.")
+    var relocate = false
+
+    @Option(help: ArgumentHelp("Between launches, the user edits Documents/ through file sharing: random renames, replacements, deletions and additions drawn from the seed (needs an Info.plist that enables file sharing).", valueName: "random"))
+    var shareEdits: String?
+
     @Flag(help: "Check the container against the storage guidelines when the program exits (see 'containerfs check').")
     var check = false
 
@@ -95,13 +130,18 @@ struct RunCommand: ParsableCommand {
         if command.isEmpty { throw ValidationError("name the program to run after --: containerfs run STORE -- PROGRAM ARGS…") }
         if noConfine, noNetwork { throw ValidationError("--no-network needs the confinement: drop --no-confine") }
         if noConfine, !bindReadOnly.isEmpty { throw ValidationError("--bind-ro needs the confinement: drop --no-confine") }
+        if noConfine, !grantItems.isEmpty { throw ValidationError("--grant needs the confinement (unconfined, the program sees the whole host): drop --no-confine") }
         for item in environmentItems where item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0].isEmpty {
             throw ValidationError("--env \(item) names no variable: write --env NAME or --env NAME=VALUE")
         }
         if let launches, launches < 1 { throw ValidationError("--launches must be at least 1, not \(launches)") }
-        if launches == nil, seed != nil || purgeBetween != nil {
-            throw ValidationError("--seed and --purge-between go with --launches N")
+        if launches == nil, seed != nil || purgeBetween != nil || shareEdits != nil {
+            throw ValidationError("--seed, --purge-between and --share-edits go with --launches N")
         }
+        if let layout, layout != "home", layout != "ios" { throw ValidationError("--layout must be home or ios, not '\(layout)'") }
+        if noConfine, layout == "ios" { throw ValidationError("--layout ios needs the confinement: drop --no-confine") }
+        if relocate, layout != "ios" || launches == nil { throw ValidationError("--relocate goes with --layout ios and --launches N") }
+        if let shareEdits, shareEdits != "random" { throw ValidationError("--share-edits must be random, not '\(shareEdits)'") }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
             throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
@@ -125,9 +165,13 @@ struct RunCommand: ParsableCommand {
             var run = Run(store: store, noConfine: noConfine, noNetwork: noNetwork, bindReadOnly: bindReadOnly, key: key,
                           command: command, addedEnvironment: addedEnvironment)
             run.locked = locked
+            run.grants = grantItems.map(GrantRequest.init(parsing:))
+            run.iosLayout = layout == "ios"
+            run.relocate = relocate
             if let launches {
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
-                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)
+                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp,
+                                        shareEdits: shareEdits != nil)
             }
             let runCheck = settings.map { _ in RunCheck() }
             if let runCheck { run.atProgramExit = { runCheck.take($0) } }

@@ -36,4 +36,46 @@ struct LaunchesTests {
         #expect(all > 20 && partial > 100, "about one purge in four takes all: \(all) of 200")
         #expect(Launches.randomChoice(of: 0, using: &generator) == [])
     }
+
+    // MARK: --share-edits random
+
+    /// Edits replay from the seed, act only on files still there (a deleted file is never
+    /// edited again, a renamed one is edited under its new name), keep a renamed file's
+    /// extension, add a file when none is left, and make every kind over many draws.
+    @Test func shareEditsReplayAndActOnlyOnFilesStillThere() {
+        let files: [[[UInt8]]] = [[Array("a.db".utf8)], [Array("b".utf8)], [Array("sub".utf8), Array("c.txt".utf8)]]
+        var kinds: Set<String> = []
+        for seed in 0..<200 as Range<UInt64> {
+            var first = SplitMix64(seed: seed), second = SplitMix64(seed: seed)
+            let edits = Launches.randomEdits(of: files, beforeLaunch: 3, using: &first)
+            #expect(edits == Launches.randomEdits(of: files, beforeLaunch: 3, using: &second))
+            #expect((1...3).contains(edits.count))
+            var present = Set(files.map { Array($0.joined(separator: [0x2F])) })
+            for edit in edits {
+                switch edit {
+                case .add(let path):
+                    kinds.insert("add")
+                    #expect(path.count == 1 && String(decoding: path[0], as: UTF8.self).hasPrefix("Shared 3-"))
+                case .rename(let from, let to):
+                    kinds.insert("rename")
+                    #expect(present.remove(Array(from.joined(separator: [0x2F]))) != nil, "renamed a file not there: \(edit)")
+                    #expect(Array(from.dropLast()) == Array(to.dropLast()), "renamed in its folder")
+                    let old = String(decoding: from.last ?? [], as: UTF8.self), new = String(decoding: to.last ?? [], as: UTF8.self)
+                    #expect(new.hasPrefix("renamed-3-") && (old.contains(".") ? new.hasSuffix(String(old[old.lastIndex(of: ".")!...])) : !new.contains(".")))
+                    present.insert(Array(to.joined(separator: [0x2F])))
+                case .replace(let path):
+                    kinds.insert("replace")
+                    #expect(present.contains(Array(path.joined(separator: [0x2F]))), "replaced a file not there: \(edit)")
+                case .delete(let path):
+                    kinds.insert("delete")
+                    #expect(present.remove(Array(path.joined(separator: [0x2F]))) != nil, "deleted a file not there: \(edit)")
+                }
+            }
+        }
+        #expect(kinds == ["add", "rename", "replace", "delete"])
+        var generator = SplitMix64(seed: 1)
+        #expect(Launches.randomEdits(of: [], beforeLaunch: 2, using: &generator).allSatisfy { if case .add = $0 { true } else { false } })
+        #expect(Launches(count: 4, seed: 9, purge: .tmp, shareEdits: true).replay == "--launches 4 --purge-between tmp --share-edits random --seed 9")
+        #expect(Launches(count: 4, seed: 9, purge: .caches).replay == "--launches 4 --purge-between caches --seed 9")
+    }
 }

@@ -22,6 +22,46 @@ struct RunSupportTests {
 
     /// The passwd and group files root's program sees: 501 is `mobile`, whatever the host
     /// called it; every other line as on the host.
+    /// `--grant PATH[:ro|:rw]`: the suffix chooses, anything else is part of the path.
+    @Test func aGrantIsReadOnlyUnlessItEndsInRW() {
+        #expect(GrantRequest(parsing: "/a/b") == GrantRequest(path: "/a/b", writable: false))
+        #expect(GrantRequest(parsing: "/a/b:rw") == GrantRequest(path: "/a/b", writable: true))
+        #expect(GrantRequest(parsing: "/a/b:ro") == GrantRequest(path: "/a/b", writable: false))
+        #expect(GrantRequest(parsing: "/a:rw/b") == GrantRequest(path: "/a:rw/b", writable: false))
+        #expect(GrantRequest(parsing: "/a/b:rwx") == GrantRequest(path: "/a/b:rwx", writable: false))
+    }
+
+    /// A grant record is not a denial: `run` and `check` leave it out of their counts.
+    @Test func aGrantRecordIsNoDenial() throws {
+        let (store, base) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        AuditLog.recordGrant(stateFD: store.stateFD, pid: getpid(), uid: getuid(), hostPath: "/h/doc\n", insidePath: "/grants/doc\n",
+                             writable: true)
+        let records = AuditLog.read(stateFD: store.stateFD)
+        #expect(records.count == 1 && records[0].isGrant && records[0].rule == "granted read-write")
+        #expect(records.first?.textLine.contains("grant /h/doc\\x0a [host] -> /grants/doc\\x0a [sandbox]") == true, "\(records)")
+    }
+
+    /// The iOS layout's UUIDs: drawn and recorded once, the same until renewed or
+    /// forgotten (`update`), and drawn anew when the record is damaged.
+    @Test func containerUUIDsAreRecordedUntilRenewedOrForgotten() throws {
+        let (store, base) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        #expect(ContainerUUIDs.recorded(store) == nil)
+        let first = try ContainerUUIDs.current(store)
+        #expect(try ContainerUUIDs.current(store) == first && ContainerUUIDs.recorded(store) == first)
+        #expect(first.data != first.bundle && UUID(uuidString: first.data) != nil && first.data == first.data.uppercased())
+        let renewed = try ContainerUUIDs.current(store, renewing: true)
+        #expect(renewed.data != first.data && renewed.bundle != first.bundle && ContainerUUIDs.recorded(store) == renewed)
+        ContainerUUIDs.forget(store)
+        #expect(ContainerUUIDs.recorded(store) == nil)
+        try writeNewFile(at: store.stateFD, Array("ios-uuids".utf8), Array("not a uuid\n../../etc\n".utf8))
+        #expect(ContainerUUIDs.recorded(store) == nil, "a damaged record names no path")
+        #expect(SandboxLayout.ios(renewed).home == "/private/var/mobile/Containers/Data/Application/" + renewed.data)
+        #expect(SandboxLayout.ios(renewed).bundle("Demo.app") == "/private/var/containers/Bundle/Application/\(renewed.bundle)/Demo.app")
+        #expect(SandboxLayout.home.home == "/home/app")
+    }
+
     @Test func rootsProgramSeesMobile() {
         let passwd = Array("root:x:0:0:root:/root:/bin/bash\nsomeone:x:501:501::/home/someone:/bin/sh\nbob:x:1001:1001::/home/bob:/bin/sh\n".utf8)
         let group = Array("root:x:0:\nstaff:x:501:\nmobile:x:777:\n".utf8)

@@ -110,7 +110,8 @@ final class MountedContainer: @unchecked Sendable {
     /// Makes the store. The bundle holds `Info.plist`, `res/data.txt`, a symlink `link`.
     /// `tmpfs` (a size, as "2g"): everything sits on a tmpfs of its own, so that what is
     /// measured is the daemon, not the host's disk (see NodeTests).
-    init(user: String? = nil, tmpfs: String? = nil) throws {
+    /// `infoPlist`: the bundle's `Info.plist` instead of a stub (file sharing reads it).
+    init(user: String? = nil, tmpfs: String? = nil, infoPlist: [UInt8]? = nil) throws {
         base = try makeTemporaryDirectory()
         onTmpfs = tmpfs != nil
         if let tmpfs {
@@ -122,7 +123,7 @@ final class MountedContainer: @unchecked Sendable {
         self.user = user
         let bundle = base + "/" + bundleName
         try FileManager.default.createDirectory(atPath: bundle + "/res", withIntermediateDirectories: true)
-        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        try Data(infoPlist ?? Array("<plist>demo</plist>\n".utf8)).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
         try Data("resource\n".utf8).write(to: URL(fileURLWithPath: bundle + "/res/data.txt"))
         try FileManager.default.createSymbolicLink(atPath: bundle + "/link", withDestinationPath: "Info.plist")
         try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)

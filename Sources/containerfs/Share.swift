@@ -1,0 +1,96 @@
+import ArgumentParser
+import ContainerPolicy
+import ContainerStore
+import Glibc
+
+struct Share: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "List, add, replace, get, rename and delete files in a container's Documents/, as Finder and the Files app do (file sharing).",
+        discussion: """
+            containerfs share STORE ls [PATH] lists a folder of Documents/ (a folder ends in /); \
+            put HOST [PATH] copies a host file or folder in (PATH: its name in Documents/, default \
+            the host name; a file replaces a file of that name atomically, nothing else is \
+            replaced); get PATH [HOST] copies one out (never overwriting; an existing folder \
+            receives it); rm PATH deletes a file or folder; mv PATH NEWPATH renames, never \
+            replacing. PATHs are relative to Documents/.
+
+            As on iOS, only an app whose Info.plist sets UIFileSharingEnabled or \
+            LSSupportsOpeningDocumentsInPlace to true shares its Documents/ (XML and binary \
+            plists are read); otherwise share refuses with one line. Hidden files (a name \
+            starting with .) and Documents/Inbox/ are neither shown nor reachable, symlinks \
+            in the store are never followed, and only files and folders are shown. Works \
+            whether the container is mounted or not: a running app's mount shows the change \
+            at once. See docs/lifecycle.md.
+            """)
+
+    @Argument(help: "The container's store.")
+    var store: String
+
+    @Argument(help: "ls, put, get, rm or mv.")
+    var action: String
+
+    @Argument(help: ArgumentHelp("The action's paths.", valueName: "PATH"))
+    var operands: [String] = []
+
+    static let arity: [String: ClosedRange<Int>] = ["ls": 0...1, "put": 1...2, "get": 1...2, "rm": 1...1, "mv": 2...2]
+
+    func validate() throws {
+        guard let range = Self.arity[action] else { throw ValidationError("the action must be ls, put, get, rm or mv, not '\(action)'") }
+        guard range.contains(operands.count) else {
+            let usage =
+                ["ls": "ls [PATH]", "put": "put HOST [PATH]", "get": "get PATH [HOST]", "rm": "rm PATH", "mv": "mv PATH NEWPATH"][action]
+                ?? action
+            throw ValidationError("write containerfs share STORE \(usage)")
+        }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try Store.open(store, changing: action != "ls" && action != "get")
+            try FileSharing.requireEnabled(opened)
+            switch action {
+            case "ls":
+                let folder = try FileSharing.components(operands.first.map(rawArgument) ?? [], allowingTop: true)
+                for entry in try FileSharing.list(opened, folder) {
+                    let name = ContainerPath.printable(entry.name, escapingControls: true)
+                    FileHandleOutput.standardOutput.write(entry.isFolder ? "\(name)/\n" : "\(name)\n")
+                }
+            case "put":
+                let host = operands[0]
+                let name =
+                    operands.count > 1 ? rawArgument(operands[1]) : Array(rawArgument(host).split(separator: UInt8(ascii: "/")).last ?? [])
+                let path = try FileSharing.put(host, to: try FileSharing.components(name), in: opened)
+                try ControlChannel.invalidate(opened, [path])
+                FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
+            case "get":
+                let components = try FileSharing.components(rawArgument(operands[0]))
+                let destination = operands.count > 1 ? operands[1] : "."
+                let written = try FileSharing.get(components, from: opened, to: destination)
+                FileHandleOutput.standardOutput.write("got \(FileSharing.containerPath(components)) as \(written)\n")
+            case "rm":
+                let path = try FileSharing.remove(try FileSharing.components(rawArgument(operands[0])), from: opened)
+                try ControlChannel.invalidate(opened, [path])
+                FileHandleOutput.standardOutput.write("removed \(path)\n")
+            default:
+                let paths = try FileSharing.move(
+                    try FileSharing.components(rawArgument(operands[0])),
+                    to: try FileSharing.components(rawArgument(operands[1])), in: opened)
+                try ControlChannel.invalidate(opened, paths)
+                FileHandleOutput.standardOutput.write("moved \(paths[0]) to \(paths[1])\n")
+            }
+        }
+    }
+}
+
+/// The bytes `argument` was given as on the command line: ArgumentParser hands out
+/// Strings, which replace bytes that are not UTF-8; names in a container are bytes, so the
+/// raw argument whose decoding it is is used instead (the String's own bytes if none is).
+func rawArgument(_ argument: String) -> [UInt8] {
+    for index in 1..<Int(CommandLine.argc) {
+        guard let pointer = CommandLine.unsafeArgv[index] else { continue }
+        let raw = Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer)))
+        if String(decoding: raw, as: UTF8.self) == argument { return raw }
+    }
+    return Array(argument.utf8)
+}
