@@ -1,3 +1,4 @@
+import ContainerDurability
 import CFuse
 import CLinux
 import ContainerStore
@@ -362,6 +363,16 @@ extension FileSystem {
     /// fits is written and its count returned (a short write); nothing fits: `ENOSPC`.
     @inline(__always)
     func write(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
+        if powerLoss != nil {
+            return try trackingData(inodes.inode(ino), fd, .write(offset: Int64(offset), count: Int64(size))) { () throws(Errno) in
+                try written(ino, fd, buffer, size, offset)
+            }
+        }
+        return try written(ino, fd, buffer, size, offset)
+    }
+
+    @inline(__always)
+    private func written(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
         try withinCapacity(ino, fd, partial: true, growth: { Self.growth(writing: size, at: offset, $0) }) { (fitting, wanted) throws(Errno) in
             // The growth that does not fit is cut from the end of the write.
             let cut = Int(clamping: max(0, wanted - fitting))
