@@ -237,10 +237,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         let write = {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
             respond(request) { () throws(Errno) in
-                let written = try fs.write(ino, handle(info), buffer, size, offset)
                 // O_SYNC, O_DSYNC, RWF_DSYNC: the kernel says so in the write's flags.
-                if fs.powerLoss != nil, cfuse_open_flags(info) & O_DSYNC != 0 { fs.syncedFile(ino) }
-                fuse_reply_write(request, written)
+                let synchronous = fs.powerLoss != nil && cfuse_open_flags(info) & O_DSYNC != 0
+                fuse_reply_write(request, try fs.write(ino, handle(info), buffer, size, offset, synchronous: synchronous))
             }
         }
         guard DataProtection.isGuarded(info) else { return write() }
@@ -264,12 +263,8 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, 0)
     }
     ops.fsync = { request, ino, dataOnly, info in
-        let fs = fileSystem(request)
-        if fs.powerLoss?.isCut == true { _ = fuse_reply_err(request, EIO); return }
-        let result = fs.sync(ino, handle(info), dataOnly: dataOnly != 0)
-        let error = errno
-        if result == 0 { fs.syncedFile(ino) }
-        fuse_reply_err(request, result == 0 ? 0 : error)
+        let result = fileSystem(request).syncFile(ino, handle(info), dataOnly: dataOnly != 0)
+        fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.opendir = { request, ino, info in
         respond(request) { () throws(Errno) in
@@ -292,13 +287,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, 0)
     }
     ops.fsyncdir = { request, _, dataOnly, info in
-        let fs = fileSystem(request)
-        if fs.powerLoss?.isCut == true { _ = fuse_reply_err(request, EIO); return }
-        let fd = dirfd(directory(info).stream)
-        let result = dataOnly != 0 ? fdatasync(fd) : fsync(fd)
-        let error = errno
-        if result == 0 { fs.syncedFolder(directory(info).node) }
-        fuse_reply_err(request, result == 0 ? 0 : error)
+        let handle = directory(info)
+        let result = fileSystem(request).syncFolder(handle.node, dirfd(handle.stream), dataOnly: dataOnly != 0)
+        fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.statfs = { request, _ in
         respond(request) { () throws(Errno) in

@@ -361,11 +361,15 @@ extension FileSystem {
 
     /// A write from the kernel to the store descriptor `fd`: within the capacity, what
     /// fits is written and its count returned (a short write); nothing fits: `ENOSPC`.
+    /// On a `power-loss` mount a `synchronous` write (`O_SYNC`, `O_DSYNC`) makes the file's data durable.
     @inline(__always)
-    func write(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
-        if powerLoss != nil {
-            return try trackingData(inodes.inode(ino), fd, .write(offset: Int64(offset), count: Int64(size))) { () throws(Errno) in
-                try written(ino, fd, buffer, size, offset)
+    func write(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t, synchronous: Bool = false) throws(Errno) -> Int {
+        if let powerLoss {
+            let node = try inodes.inode(ino)
+            return try trackingData(node, fd, .write(offset: Int64(offset), count: Int64(size))) { () throws(Errno) in
+                let count = try written(ino, fd, buffer, size, offset)
+                if synchronous { powerLoss.syncedFile(node.key) }
+                return count
             }
         }
         return try written(ino, fd, buffer, size, offset)

@@ -189,20 +189,42 @@ final class PowerLoss: @unchecked Sendable {
         state.withLock { state in _ = state.folders[folder]?.ordered.insert(moved) }
     }
 
-    /// `fsync`/`fdatasync` of the file `key`, or a synchronous write to it, succeeded.
-    func syncedFile(_ key: InodeKey) {
+    /// Runs `sync`, an `fsync` of the file `key` (or a synchronous write to it), and if it
+    /// succeeds the file's data is durable. Under the gate, so that a cut comes before the
+    /// sync (which then fails with `EIO`) or after it, never between the sync and its record.
+    func syncingFile(_ key: InodeKey, _ sync: () -> Int32) -> Int32 {
         gate.lockShared()
         defer { gate.unlock() }
+        if dead.load(ordering: .acquiring) {
+            errno = EIO
+            return -1
+        }
+        let result = sync()
+        guard result >= 0 else { return result }
+        let error = errno
+        syncedFile(key)
+        errno = error
+        return result
+    }
+
+    /// The data of the file `key` is durable (the caller holds the gate).
+    func syncedFile(_ key: InodeKey) {
         state.withLock { state in
             if let record = state.files.removeValue(forKey: key) { Self.release(record) }
         }
     }
 
-    /// `fsync` of the folder `key` succeeded: its names, and those of the folders renames
-    /// joined it to, are durable.
-    func syncedFolder(_ key: InodeKey) {
+    /// Runs `sync`, an `fsync` of the folder `key`; if it succeeds, its names, and those of
+    /// the folders renames joined it to, are durable. Under the gate, as `syncingFile`.
+    func syncingFolder(_ key: InodeKey, _ sync: () -> Int32) -> Int32 {
         gate.lockShared()
         defer { gate.unlock() }
+        if dead.load(ordering: .acquiring) {
+            errno = EIO
+            return -1
+        }
+        let result = sync()
+        guard result == 0 else { return result }
         state.withLock { state in
             var pending = [key]
             while let next = pending.popLast() {
@@ -214,6 +236,7 @@ final class PowerLoss: @unchecked Sendable {
                 release(record)
             }
         }
+        return 0
     }
 
     private static func release(_ record: FileRecord) {
@@ -416,15 +439,17 @@ extension FileSystem {
         powerLoss.renamedOver(to.key, InodeKey(moving))
     }
 
-    /// `fsync`/`fdatasync` of the file `ino`, or a synchronous write to it, succeeded.
-    func syncedFile(_ ino: fuse_ino_t) {
-        guard let powerLoss, let node = try? inodes.inode(ino) else { return }
-        powerLoss.syncedFile(node.key)
+    /// `fsync`/`fdatasync` of the file `ino` open at `fd`: its data durable once it succeeded.
+    func syncFile(_ ino: fuse_ino_t, _ fd: Int32, dataOnly: Bool) -> Int32 {
+        guard let powerLoss, let node = try? inodes.inode(ino) else { return sync(ino, fd, dataOnly: dataOnly) }
+        return powerLoss.syncingFile(node.key) { sync(ino, fd, dataOnly: dataOnly) }
     }
 
-    /// `fsync` of the folder `node` succeeded.
-    func syncedFolder(_ node: Inode) {
-        powerLoss?.syncedFolder(node.key)
+    /// `fsync`/`fdatasync` of the folder `node` open at `fd`: its names durable once it succeeded.
+    func syncFolder(_ node: Inode, _ fd: Int32, dataOnly: Bool) -> Int32 {
+        let sync = { dataOnly ? fdatasync(fd) : fsync(fd) }
+        guard let powerLoss else { return sync() }
+        return powerLoss.syncingFolder(node.key, sync)
     }
 
     /// The power cut: drops what is not durable, then makes the kernel forget what it
