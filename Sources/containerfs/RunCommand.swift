@@ -37,6 +37,17 @@ struct RunCommand: ParsableCommand {
             empties tmp/ and purges caches least recently used first until 2 MiB are free, \
             printing what went. See docs/capacity.md.
 
+            --power-cut random (or SECONDS) ends every launch but the last with a power cut, at a \
+            moment drawn from --seed between 0 and --within seconds (default 2), or SECONDS after \
+            the program started: the container is mounted with -o power-loss, everything the \
+            program never made durable (fsync of a file for its data, of a folder for its names) \
+            is dropped as a power failure would, its processes are killed, and the next launch \
+            starts, as the app after a reboot. --kill random (or SECONDS) kills the program with \
+            SIGKILL instead, dropping nothing. One line per launch says what was dropped (files, \
+            bytes, names) and whether the launch exited 0; a launch that fails after a cut names \
+            the seed and the options that replay it; --json prints the whole report as one JSON \
+            object on stdout at the end. See docs/power-loss.md.
+
             --check checks the container against Apple's storage guidelines when the program \
             exits, before tmp/ is purged, as 'containerfs check' does, and also reports the files \
             left in tmp/, with --launches the backup set's growth from the first launch to the last \
@@ -83,6 +94,18 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("What to purge between launches besides tmp/: none, tmp, caches or random (default: tmp).", valueName: "WHAT"))
     var purgeBetween: String?
 
+    @Option(name: .customLong("power-cut"), help: ArgumentHelp("With --launches: end every launch but the last with a power cut at a moment drawn from --seed (random) or SECONDS after the program started.", valueName: "random|SECONDS"))
+    var powerCut: String?
+
+    @Option(name: .customLong("kill"), help: ArgumentHelp("With --launches: kill every launch but the last with SIGKILL at a moment drawn from --seed (random) or SECONDS after it started.", valueName: "random|SECONDS"))
+    var kill: String?
+
+    @Option(help: ArgumentHelp("The latest moment a random --power-cut or --kill may be drawn at (default 2).", valueName: "SECONDS"))
+    var within: Double?
+
+    @Flag(help: "With --launches: print the launches' report as one JSON object on stdout at the end.")
+    var json = false
+
     @Flag(help: "Check the container against the storage guidelines when the program exits (see 'containerfs check').")
     var check = false
 
@@ -102,6 +125,20 @@ struct RunCommand: ParsableCommand {
         if launches == nil, seed != nil || purgeBetween != nil {
             throw ValidationError("--seed and --purge-between go with --launches N")
         }
+        if powerCut != nil, kill != nil { throw ValidationError("choose --power-cut or --kill, not both") }
+        if let when = powerCut ?? kill {
+            guard let launches, launches >= 2 else {
+                throw ValidationError("--\(powerCut != nil ? "power-cut" : "kill") ends every launch but the last: it goes with --launches N, N at least 2")
+            }
+            guard Launches.Moment(when, within: 2) != nil else {
+                throw ValidationError("--\(powerCut != nil ? "power-cut" : "kill") takes random or a number of seconds, not '\(when)'")
+            }
+        }
+        if let within, !(within.isFinite && within > 0 && within <= 86400) {
+            throw ValidationError("--within takes a number of seconds above 0, not \(within)")
+        }
+        if within != nil, powerCut != "random", kill != "random" { throw ValidationError("--within goes with --power-cut random or --kill random") }
+        if json, launches == nil { throw ValidationError("--json goes with --launches N") }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
             throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
@@ -126,8 +163,12 @@ struct RunCommand: ParsableCommand {
                           command: command, addedEnvironment: addedEnvironment)
             run.locked = locked
             if let launches {
+                let event = (powerCut ?? kill).flatMap { Launches.Moment($0, within: within ?? 2) }.map {
+                    Launches.Event(kind: powerCut != nil ? .powerCut : .kill, moment: $0)
+                }
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
-                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp)
+                                        purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp, event: event)
+                run.launches?.json = json
             }
             let runCheck = settings.map { _ in RunCheck() }
             if let runCheck { run.atProgramExit = { runCheck.take($0) } }
