@@ -157,11 +157,12 @@ public struct PowerCutReport: Codable, Equatable, Sendable {
         self.untracked = untracked
     }
 
-    /// `dropped 2 files (8192 bytes), 3 names`, or `nothing to drop`.
+    /// `dropped 2 files (8192 bytes), 3 names` (a part that is 0 left out), or `nothing to drop`.
     public var summary: String {
-        var text = files == 0 && names == 0
-            ? "nothing to drop"
-            : "dropped \(files) file\(files == 1 ? "" : "s") (\(bytes) byte\(bytes == 1 ? "" : "s")), \(names) name\(names == 1 ? "" : "s")"
+        var parts: [String] = []
+        if files > 0 { parts.append("\(files) file\(files == 1 ? "" : "s") (\(bytes) byte\(bytes == 1 ? "" : "s"))") }
+        if names > 0 { parts.append("\(names) name\(names == 1 ? "" : "s")") }
+        var text = parts.isEmpty ? "nothing to drop" : "dropped " + parts.joined(separator: ", ")
         if untracked > 0 { text += "; \(untracked) change\(untracked == 1 ? "" : "s") could not be tracked and stayed" }
         return text
     }
