@@ -23,6 +23,15 @@ public enum Durability {
         case close
     }
 
+    /// When a name change becomes durable.
+    public enum NameModel: String, CaseIterable, Sendable {
+        /// With an fsync of its folder (POSIX, and ALICE's abstract model): `power-loss`.
+        case posix
+        /// With any fsync, of a file or a folder: ext4's journal commits every name change
+        /// made before it, in every folder (`power-loss=ext4`).
+        case ext4
+    }
+
     /// What an event makes durable.
     public struct Effect: OptionSet, Sendable, Hashable {
         public let rawValue: UInt8
@@ -34,15 +43,20 @@ public enum Durability {
         /// transaction of ext4's or xfs's journal), and so is the data of a file renamed
         /// over another name (ext4's `auto_da_alloc`, data=ordered).
         public static let folderNames = Effect(rawValue: 2)
+        /// Every name change so far, in every folder (ext4's journal commit).
+        public static let allNames = Effect(rawValue: 4)
     }
 
-    /// The table: what each event makes durable.
-    public static func effect(of event: Event) -> Effect {
-        switch event {
+    /// The table: what each event makes durable under `model`. Under ext4's, `fdatasync`
+    /// counts as `fsync` (ext4 commits the journal when the size or the blocks changed, as
+    /// they do for the appends and new files that matter here).
+    public static func effect(of event: Event, model: NameModel = .posix) -> Effect {
+        let effect: Effect = switch event {
         case .fsync, .fdatasync, .synchronousWrite: .fileData
         case .folderFsync: .folderNames
         case .syncFileRange, .sync, .close: []
         }
+        return model == .ext4 && !effect.isEmpty ? effect.union(.allNames) : effect
     }
 
     /// A change to a file's data.

@@ -30,6 +30,8 @@ final class PowerLoss: @unchecked Sendable {
     private let dead = Atomic<Bool>(false)
 
     static let journalName = Array("power-loss".utf8)
+    /// When names become durable: with their folder's fsync, or with any (ext4).
+    let model: Durability.NameModel
 
     private struct FileRecord {
         /// An `O_PATH` descriptor of the node, to find it again whatever its names.
@@ -68,7 +70,8 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     /// Opens (making it, emptied) the journal folder in the store's state folder.
-    init(store: Store) throws(Errno) {
+    init(store: Store, model: Durability.NameModel = .posix) throws(Errno) {
+        self.model = model
         Self.clear(store)
         _ = withCName(Self.journalName) { mkdirat(store.stateFD, $0, 0o700) }
         journalFD = try withCName(Self.journalName) { (name) throws(Errno) in
@@ -207,10 +210,12 @@ final class PowerLoss: @unchecked Sendable {
         return result
     }
 
-    /// The data of the file `key` is durable (the caller holds the gate).
+    /// The data of the file `key` is durable (the caller holds the gate); under ext4's
+    /// model, every name change too.
     func syncedFile(_ key: InodeKey) {
         state.withLock { state in
             if let record = state.files.removeValue(forKey: key) { Self.release(record) }
+            if model == .ext4 { namesDurable(Array(state.folders.keys), &state) }
         }
     }
 
@@ -225,18 +230,22 @@ final class PowerLoss: @unchecked Sendable {
         }
         let result = sync()
         guard result == 0 else { return result }
-        state.withLock { state in
-            var pending = [key]
-            while let next = pending.popLast() {
-                guard let record = state.folders.removeValue(forKey: next) else { continue }
-                pending += record.partners
-                for moved in record.ordered {
-                    if let file = state.files.removeValue(forKey: moved) { Self.release(file) }
-                }
-                release(record)
-            }
-        }
+        state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
         return 0
+    }
+
+    /// The names of the folders `keys`, and of those renames joined them to, are durable;
+    /// so is the data of the files renamed over names there.
+    private func namesDurable(_ keys: [InodeKey], _ state: inout State) {
+        var pending = keys
+        while let next = pending.popLast() {
+            guard let record = state.folders.removeValue(forKey: next) else { continue }
+            pending += record.partners
+            for moved in record.ordered {
+                if let file = state.files.removeValue(forKey: moved) { Self.release(file) }
+            }
+            release(record)
+        }
     }
 
     private static func release(_ record: FileRecord) {

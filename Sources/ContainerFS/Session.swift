@@ -1,5 +1,6 @@
 import CFuse
 import CLinux
+import ContainerDurability
 import ContainerPolicy
 import ContainerStore
 import Glibc
@@ -35,6 +36,8 @@ public struct MountOptions: Sendable {
     /// Track what is durable, for power cuts (`power-loss`, docs/power-loss.md): writes then
     /// all come through the daemon (no passthrough, no writeback cache).
     public var powerLoss = false
+    /// When names become durable (`power-loss=ext4`: with any fsync).
+    public var powerLossModel = Durability.NameModel.posix
     /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
@@ -64,7 +67,14 @@ public struct MountOptions: Sendable {
             case "nopassthrough": options.passthrough = false
             case "nosetid": options.noSetID = true
             case "locked": options.locked = true
-            case "power-loss": options.powerLoss = true
+            case "power-loss":
+                options.powerLoss = true
+                if parts.count == 2 {
+                    guard let model = Durability.NameModel(rawValue: parts[1]) else {
+                        throw UserError.usage("bad mount option '\(item)': power-loss takes posix or ext4, as power-loss=ext4")
+                    }
+                    options.powerLossModel = model
+                }
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
@@ -152,7 +162,7 @@ public final class Session {
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
         // A journal a daemon killed for real left goes; the store is as written.
         if options.powerLoss {
-            do { fileSystem.powerLoss = try PowerLoss(store: store) } catch {
+            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel) } catch {
                 throw UserError("cannot make the power-loss journal in \(store.statePath): \(error)")
             }
         } else {

@@ -58,9 +58,12 @@ public struct Launches: Sendable {
         public var kind: Kind
         /// When, in seconds after the program started.
         public var moment: Moment
-        public init(kind: Kind, moment: Moment) {
+        /// For a power cut: when a name change is durable (`--power-model`).
+        public var model: Durability.NameModel
+        public init(kind: Kind, moment: Moment, model: Durability.NameModel = .posix) {
             self.kind = kind
             self.moment = moment
+            self.model = model
         }
     }
 
@@ -105,6 +108,7 @@ public struct Launches: Sendable {
     public var replay: String {
         var text = "--launches \(count) --purge-between \(purge.rawValue) --seed \(seed)"
         if let event { text += " --\(event.kind.rawValue) \(event.moment.option)" }
+        if let event, event.kind == .powerCut, event.model != .posix { text += " --power-model \(event.model.rawValue)" }
         return text
     }
 

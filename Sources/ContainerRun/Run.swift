@@ -93,7 +93,7 @@ public struct Run {
         // root set-user-ID program in the store, which any local user can execute.
         var options = locked ? ["nosetid", "locked"] : ["nosetid"]
         // Every launch of a run with power cuts tracks what is durable (docs/power-loss.md).
-        if launches?.event?.kind == .powerCut { options.append("power-loss") }
+        if let event = launches?.event, event.kind == .powerCut { options.append("power-loss=\(event.model.rawValue)") }
         // Root's program is the host app user: it reaches the mount as another user would,
         // and owns the store owner's files there (OwnerMapping). Only it can enter the run folder.
         if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }

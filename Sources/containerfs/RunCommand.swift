@@ -1,5 +1,6 @@
 import ArgumentParser
 import ContainerCheck
+import ContainerDurability
 import ContainerRun
 import ContainerStore
 
@@ -44,7 +45,8 @@ struct RunCommand: ParsableCommand {
             is dropped as a power failure would, its processes are killed, and the next launch \
             starts, as the app after a reboot. --kill random (or SECONDS) kills the program with \
             SIGKILL instead, dropping nothing. One line per launch says what was dropped (files, \
-            bytes, names) and whether the launch exited 0; a launch that fails after a cut names \
+            bytes, names) and whether the launch exited 0; --power-model ext4 makes every name \
+            change durable with any fsync, as ext4's journal does, instead of with its folder's; a launch that fails after a cut names \
             the seed and the options that replay it; --json prints the whole report as one JSON \
             object on stdout at the end. See docs/power-loss.md.
 
@@ -103,6 +105,9 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The latest moment a random --power-cut or --kill may be drawn at (default 2).", valueName: "SECONDS"))
     var within: Double?
 
+    @Option(name: .customLong("power-model"), help: ArgumentHelp("When a name change becomes durable for --power-cut: posix (with its folder's fsync, the default) or ext4 (with any fsync, as ext4's journal commits).", valueName: "MODEL"))
+    var powerModel: String?
+
     @Flag(help: "With --launches: print the launches' report as one JSON object on stdout at the end.")
     var json = false
 
@@ -138,6 +143,12 @@ struct RunCommand: ParsableCommand {
             throw ValidationError("--within takes a number of seconds above 0, not \(within)")
         }
         if within != nil, powerCut != "random", kill != "random" { throw ValidationError("--within goes with --power-cut random or --kill random") }
+        if let powerModel {
+            guard powerCut != nil else { throw ValidationError("--power-model goes with --power-cut") }
+            guard Durability.NameModel(rawValue: powerModel) != nil else {
+                throw ValidationError("--power-model must be posix or ext4, not '\(powerModel)'")
+            }
+        }
         if json, launches == nil { throw ValidationError("--json goes with --launches N") }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
@@ -164,7 +175,8 @@ struct RunCommand: ParsableCommand {
             run.locked = locked
             if let launches {
                 let event = (powerCut ?? kill).flatMap { Launches.Moment($0, within: within ?? 2) }.map {
-                    Launches.Event(kind: powerCut != nil ? .powerCut : .kill, moment: $0)
+                    Launches.Event(kind: powerCut != nil ? .powerCut : .kill, moment: $0,
+                                   model: powerModel.flatMap(Durability.NameModel.init(rawValue:)) ?? .posix)
                 }
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp, event: event)

@@ -18,6 +18,14 @@ struct DurabilityTests {
         #expect(Durability.effect(of: event) == effect)
     }
 
+    @Test(arguments: Durability.Event.allCases)
+    func underExt4AnySyncMakesEveryNameDurable(event: Durability.Event) {
+        let posix = Durability.effect(of: event, model: .posix)
+        let ext4 = Durability.effect(of: event, model: .ext4)
+        #expect(!posix.contains(.allNames))
+        #expect(ext4 == (posix.isEmpty ? [] : posix.union(.allNames)))
+    }
+
     @Test func everyEventIsInTheTable() {
         // A new event must be placed in the table above: the count catches one left out.
         #expect(Durability.Event.allCases.count == 7)
