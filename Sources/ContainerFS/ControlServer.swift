@@ -98,7 +98,12 @@ final class ControlServer: @unchecked Sendable {
                 continue
             }
             if buffer[0..<count].elementsEqual(ControlChannel.powerCutCommand) {
-                let report = acting.withLock { _ in fileSystem.powerCut(session: session) }
+                // The cut changed the store behind the count of a container with a capacity.
+                let report = acting.withLock { _ in
+                    let report = fileSystem.powerCut(session: session)
+                    if report != nil { fileSystem.recount() }
+                    return report
+                }
                 let answer = report.map { "cut \($0.wire)" } ?? "not power-loss"
                 _ = answer.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
                 return
