@@ -33,7 +33,7 @@ final class PowerLoss: @unchecked Sendable {
     /// When names become durable: with their folder's fsync, or with any (ext4).
     let model: Durability.NameModel
 
-    private struct FileRecord {
+    fileprivate struct FileRecord {
         /// An `O_PATH` descriptor of the node, to find it again whatever its names.
         var node: Int32
         /// A descriptor that reads it, to save its durable bytes.
@@ -42,7 +42,13 @@ final class PowerLoss: @unchecked Sendable {
         var copy: Int32
         var durableSize: Int64
         var saved = ByteRanges()
+        /// Synced, nothing changed since: kept open for the file's next change (a database
+        /// written and synced in turns), up to `cleanKept` such records.
+        var clean = false
     }
+
+    /// Records of synced files kept open, at most: three descriptors each.
+    static let cleanKept = 64
 
     private enum DurableName {
         case absent
@@ -67,6 +73,14 @@ final class PowerLoss: @unchecked Sendable {
         var folders: [InodeKey: FolderRecord] = [:]
         var links = 0
         var untracked = 0
+        var cleanCount = 0
+
+        /// Forgets the record of `key`, closing its descriptors.
+        mutating func drop(_ key: InodeKey) {
+            guard let record = files.removeValue(forKey: key) else { return }
+            if record.clean { cleanCount -= 1 }
+            PowerLoss.release(record)
+        }
     }
 
     /// Opens (making it, emptied) the journal folder in the store's state folder.
@@ -104,6 +118,10 @@ final class PowerLoss: @unchecked Sendable {
                 state.files[key] = record
             }
             guard var record = state.files[key] else { return }
+            if record.clean {
+                record.clean = false
+                state.cleanCount -= 1
+            }
             let range = Durability.overwritten(by: change, durableSize: record.durableSize)
             for missing in record.saved.missing(from: range) {
                 guard Self.copy(from: record.reader, to: record.copy, missing) else { state.untracked += 1; return }
@@ -214,7 +232,23 @@ final class PowerLoss: @unchecked Sendable {
     /// model, every name change too.
     func syncedFile(_ key: InodeKey) {
         state.withLock { state in
-            if let record = state.files.removeValue(forKey: key) { Self.release(record) }
+            if var record = state.files[key], !record.clean {
+                // Kept, clean, with what is now durable; the bytes saved no longer matter.
+                var info = stat()
+                if fstat(record.node, &info) == 0 {
+                    record.durableSize = Int64(info.st_size)
+                    record.saved = ByteRanges()
+                    record.clean = true
+                    state.files[key] = record
+                    state.cleanCount += 1
+                    if state.cleanCount > Self.cleanKept,
+                       let other = state.files.first(where: { $0.value.clean && $0.key != key })?.key {
+                        state.drop(other)
+                    }
+                } else {
+                    state.drop(key)
+                }
+            }
             if model == .ext4 { namesDurable(Array(state.folders.keys), &state) }
         }
     }
@@ -241,14 +275,12 @@ final class PowerLoss: @unchecked Sendable {
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
-            for moved in record.ordered {
-                if let file = state.files.removeValue(forKey: moved) { Self.release(file) }
-            }
+            for moved in record.ordered { state.drop(moved) }
             release(record)
         }
     }
 
-    private static func release(_ record: FileRecord) {
+    fileprivate static func release(_ record: FileRecord) {
         close(record.node)
         close(record.reader)
         close(record.copy)
@@ -321,7 +353,7 @@ final class PowerLoss: @unchecked Sendable {
                 }
             }
             // 3. Each file's data as it was durable, wherever its names are now.
-            for (key, record) in state.files {
+            for (key, record) in state.files where !record.clean {
                 var info = stat()
                 guard fstat(record.node, &info) == 0, info.st_nlink > 0 else { continue }
                 let writer = clinux_reopen(record.node, O_WRONLY | O_CLOEXEC)
