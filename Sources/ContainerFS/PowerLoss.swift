@@ -124,7 +124,8 @@ final class PowerLoss: @unchecked Sendable {
             }
             let range = Durability.overwritten(by: change, durableSize: record.durableSize)
             for missing in record.saved.missing(from: range) {
-                guard Self.copy(from: record.reader, to: record.copy, missing) else { state.untracked += 1; return }
+                // Not saved: the change goes ahead, and the cut will count it as untracked.
+                guard Self.copy(from: record.reader, to: record.copy, missing) else { state.untracked += 1; break }
                 record.saved.insert(missing)
             }
             state.files[key] = record
