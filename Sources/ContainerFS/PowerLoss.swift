@@ -187,7 +187,7 @@ final class PowerLoss: @unchecked Sendable {
             } else {
                 state.links += 1
                 let link = Array("n\(state.links)".utf8)
-                try withCName(name) { (source) throws(Errno) in
+                _ = try withCName(name) { (source) throws(Errno) in
                     try withCName(link) { (target) throws(Errno) in try sys { linkat(folderFD, source, journalFD, target, 0) } }
                 }
                 record.names[name] = .node(link: link, key: InodeKey(info))
