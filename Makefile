@@ -64,12 +64,16 @@ bench-compare: release
 # count four blocks off the walk (a rare one-block race, docs/capacity.md); make test's three
 # seeds allow none.
 SOAK_SEEDS ?= $(shell seq 101 120)
+# Then the power-loss soak (docs/power-loss.md): sqlite3 in WAL and TRUNCATE with
+# synchronous=FULL and DELETE with EXTRA, 100 seeded power cuts each; a failure names the seed.
+POWER_SOAK_SEED ?= 1
 soak: build
 	timeout --kill-after=30 1200 $(SWIFT) test $(BUILD_FLAGS) --no-parallel --filter '$(LONG_TESTS)'; \
 		status=$$?; scripts/sweep-mounts.sh; test $$status -eq 0
 	@for seed in $(SOAK_SEEDS); do \
 		CONTAINERFS=$(BIN) python3 scripts/capacity-soak.py $$seed --rounds 12 --workers 4 --ops 100 --tolerance 16384 || exit 1; \
 	done
+	CONTAINERFS=$(BIN) python3 scripts/power-soak.py $(POWER_SOAK_SEED) --cuts 100
 
 # The helper goes where mount(8) looks for mount.TYPE: /sbin (on a merged-/usr system, /usr/sbin).
 # mount.fuse.containerfs serves the FUSE convention's type name, fuse.containerfs.

@@ -28,6 +28,9 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl")]),
         // The rules. Pure: no FUSE, no I/O.
         .target(name: "ContainerPolicy"),
+        // The durability model of a power-loss mount: what each operation makes durable,
+        // what a change overwrites, a power cut's report. Pure: no FUSE, no I/O.
+        .target(name: "ContainerDurability"),
         // The store on disk: opening and creating it, its state folder and locks, the audit
         // log, errors, and delivery into its Inbox.
         .target(name: "ContainerStore", dependencies: ["ContainerPolicy", "CLinux"]),
@@ -54,7 +57,7 @@ let package = Package(
         .target(name: "ContainerPurge", dependencies: ["ContainerStore", "ContainerPolicy", "CLinux"]),
         // Mounting in the background, unmounting, and running a program confined to its
         // container (bubblewrap, signal relay, clean-up).
-        .target(name: "ContainerRun", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy", "CLinux"]),
+        .target(name: "ContainerRun", dependencies: ["ContainerDurability", "ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy", "CLinux"]),
         // The app's lifecycle: update (a new version over the old one's data) and offload.
         .target(name: "ContainerLifecycle", dependencies: ["ContainerSigning", "ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         // Apple's storage guidelines as rules over a container (`containerfs check`): the
@@ -62,13 +65,13 @@ let package = Package(
         // the report as a table, JSON and JUnit XML.
         .target(name: "ContainerCheck", dependencies: ["ContainerBackup", "ContainerPurge", "ContainerStore", "ContainerPolicy"]),
         // The FUSE adapter: callbacks → handlers → policy → store.
-        .target(name: "ContainerFS", dependencies: ["ContainerPolicy", "ContainerStore", "ContainerPurge", "CFuse", "CLinux"]),
+        .target(name: "ContainerFS", dependencies: ["ContainerDurability", "ContainerPolicy", "ContainerStore", "ContainerPurge", "CFuse", "CLinux"]),
         // The command line only: parse, call one domain, print.
         .executableTarget(
             name: "containerfs",
             dependencies: [
                 "ContainerFS", "ContainerRun", "ContainerBackup", "ContainerCheck", "ContainerLifecycle", "ContainerPurge", "ContainerSigning",
-                "ContainerStore", "ContainerPolicy", "ContainerObjectStore",
+                "ContainerStore", "ContainerPolicy", "ContainerObjectStore", "ContainerDurability",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -76,6 +79,7 @@ let package = Package(
         // differential fuzz test's oracle.
         .target(name: "PolicySpec", dependencies: ["ContainerPolicy"], path: "Tests/PolicySpec"),
         .testTarget(name: "ContainerPolicyTests", dependencies: ["ContainerPolicy", "PolicySpec"]),
+        .testTarget(name: "ContainerDurabilityTests", dependencies: ["ContainerDurability"]),
         .testTarget(name: "ContainerStoreTests", dependencies: ["ContainerStore", "ContainerPolicy"]),
         .testTarget(name: "ContainerSigningTests", dependencies: ["ContainerSigning", "ContainerStore", "ContainerPolicy", "CLinux"]),
         .testTarget(name: "ContainerBackupTests", dependencies: ["ContainerBackup", "ContainerStore", "ContainerPolicy", "CLinux"]),

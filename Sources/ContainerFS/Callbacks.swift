@@ -242,7 +242,11 @@ func makeOperations() -> fuse_lowlevel_ops {
         let fs = fileSystem(request)
         let write = {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
-            respond(request) { () throws(Errno) in fuse_reply_write(request, try fs.write(ino, handle(info), buffer, size, offset)) }
+            respond(request) { () throws(Errno) in
+                // O_SYNC, O_DSYNC, RWF_DSYNC: the kernel says so in the write's flags.
+                let synchronous = fs.powerLoss != nil && cfuse_open_flags(info) & O_DSYNC != 0
+                fuse_reply_write(request, try fs.write(ino, handle(info), buffer, size, offset, synchronous: synchronous))
+            }
         }
         guard DataProtection.isGuarded(info) else { return write() }
         if !fs.protection.whileAvailable(write) {
@@ -265,7 +269,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, 0)
     }
     ops.fsync = { request, ino, dataOnly, info in
-        let result = fileSystem(request).sync(ino, handle(info), dataOnly: dataOnly != 0)
+        let result = fileSystem(request).syncFile(ino, handle(info), dataOnly: dataOnly != 0)
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.opendir = { request, ino, info in
@@ -289,8 +293,8 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, 0)
     }
     ops.fsyncdir = { request, _, dataOnly, info in
-        let fd = dirfd(directory(info).stream)
-        let result = dataOnly != 0 ? fdatasync(fd) : fsync(fd)
+        let handle = directory(info)
+        let result = fileSystem(request).syncFolder(handle.node, dirfd(handle.stream), dataOnly: dataOnly != 0)
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.statfs = { request, _ in

@@ -1,3 +1,4 @@
+import ContainerDurability
 import CFuse
 import CLinux
 import ContainerStore
@@ -360,8 +361,22 @@ extension FileSystem {
 
     /// A write from the kernel to the store descriptor `fd`: within the capacity, what
     /// fits is written and its count returned (a short write); nothing fits: `ENOSPC`.
+    /// On a `power-loss` mount a `synchronous` write (`O_SYNC`, `O_DSYNC`) makes the file's data durable.
     @inline(__always)
-    func write(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
+    func write(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t, synchronous: Bool = false) throws(Errno) -> Int {
+        if let powerLoss {
+            let node = try inodes.inode(ino)
+            return try trackingData(node, fd, .write(offset: Int64(offset), count: Int64(size))) { () throws(Errno) in
+                let count = try written(ino, fd, buffer, size, offset)
+                if synchronous { powerLoss.syncedFile(node.key) }
+                return count
+            }
+        }
+        return try written(ino, fd, buffer, size, offset)
+    }
+
+    @inline(__always)
+    private func written(_ ino: fuse_ino_t, _ fd: Int32, _ buffer: UnsafeRawPointer?, _ size: Int, _ offset: off_t) throws(Errno) -> Int {
         try withinCapacity(ino, fd, partial: true, growth: { Self.growth(writing: size, at: offset, $0) }) { (fitting, wanted) throws(Errno) in
             // The growth that does not fit is cut from the end of the write.
             let cut = Int(clamping: max(0, wanted - fitting))

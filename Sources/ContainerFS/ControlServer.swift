@@ -97,6 +97,17 @@ final class ControlServer: @unchecked Sendable {
                 changedBehind = true
                 continue
             }
+            if buffer[0..<count].elementsEqual(ControlChannel.powerCutCommand) {
+                // The cut changed the store behind the count of a container with a capacity.
+                let report = acting.withLock { _ in
+                    let report = fileSystem.powerCut(session: session)
+                    if report != nil { fileSystem.recount() }
+                    return report
+                }
+                let answer = report.map { "cut \($0.wire)" } ?? "not power-loss"
+                _ = answer.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                return
+            }
             if let command = DeviceControl.command(in: buffer[0..<count]) {
                 // lock, unlock, status (SPEC §11): answered with the state, nothing else follows.
                 let state = acting.withLock { _ in

@@ -1,5 +1,6 @@
 import CFuse
 import CLinux
+import ContainerDurability
 import ContainerPolicy
 import ContainerStore
 import Glibc
@@ -52,6 +53,8 @@ final class FileSystem: @unchecked Sendable {
     private let daemonIsRoot = geteuid() == 0
     /// The space used against the container's capacity, if it has one (Capacity.swift).
     let space = SpaceAccount()
+    /// The undo record of what is durable, on a `power-loss` mount (PowerLoss.swift).
+    var powerLoss: PowerLoss?
 
     init(store: Store, audit: AuditLog, timeouts: CacheTimeouts) throws(Errno) {
         self.store = store
@@ -143,7 +146,8 @@ final class FileSystem: @unchecked Sendable {
             try check(.changeMetadata(location), caller, name, [(path(node), location)])
         }
 
-        try inodes.withDescriptor(node) { fd throws(Errno) in
+        let resized: Durability.Change? = toSet & FUSE_SET_ATTR_SIZE != 0 ? .truncate(to: Int64(attr.st_size)) : nil
+        try trackingData(node, fh, resized) { () throws(Errno) in try inodes.withDescriptor(node) { fd throws(Errno) in
             if toSet & FUSE_SET_ATTR_MODE != 0 {
                 // Linux has no mode on symlinks; fchmodat2 on the O_PATH descriptor changes
                 // the node itself and never follows it.
@@ -173,7 +177,7 @@ final class FileSystem: @unchecked Sendable {
                 else { try sys { utimensat(fd, "", &times, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) } }
                 Tagging.timesSet(node, location, toSet, attr)
             }
-        }
+        } }
         // A truncate or chown by a caller without CAP_FSETID carries the kill flag, after
         // an operation the policy allowed.
         if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { dropSetIDBits(caller, ino) }
@@ -268,9 +272,9 @@ final class FileSystem: @unchecked Sendable {
         if type == S_IFREG { _ = try admitCreation(caller, in: parent, "mknod") }
         try checkSpaceForCreation()
         try useUmask(of: caller)
-        try countingFolderGrowth(directory) { () throws(Errno) in
+        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mknodat(fd, name, type | permittedMode(mode, type: type), device) } }
-        }
+        } }
         return try created(caller, directory, name, childName, location)
     }
 
@@ -279,9 +283,9 @@ final class FileSystem: @unchecked Sendable {
         try check(.create(location), caller, "mkdir", [(path(directory, childName), location)])
         try checkSpaceForCreation()
         try useUmask(of: caller)
-        try countingFolderGrowth(directory) { () throws(Errno) in
+        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mkdirat(fd, name, mode) } }
-        }
+        } }
         let param = try created(caller, directory, name, childName, location)
         countCreated(param.attr)
         return param
@@ -291,9 +295,9 @@ final class FileSystem: @unchecked Sendable {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "symlink", [(path(directory, childName), location)])
         try checkSpaceForCreation()
-        try countingFolderGrowth(directory) { () throws(Errno) in
+        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { symlinkat(target, fd, name) } }
-        }
+        } }
         let param = try created(caller, directory, name, childName, location)
         countCreated(param.attr)
         return param
@@ -307,11 +311,11 @@ final class FileSystem: @unchecked Sendable {
                   [(path(node), source), (path(directory, childName), location)])
         try checkSpaceForCreation()
         // Linking the /proc/self/fd magic link links the node itself, not a path to it.
-        try countingFolderGrowth(directory) { () throws(Errno) in
+        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(node) { fd throws(Errno) in
                 try inodes.withDescriptor(directory) { directoryFD throws(Errno) in try sys { clinux_node_link(fd, directoryFD, name) } }
             }
-        }
+        } }
         // An O_TMPFILE file (or one unlinked while open) named again stays when closed.
         if space.isActive { space.linked(node.key) }
         return try entry(directory, name, childName, location)
@@ -356,11 +360,13 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        if exchange {
-            try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
-        } else {
-            let replacing = nodeBeforeRemoval(to, newName) != nil
-            try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
+        try trackingNames(from, fromName, (to, toName), { if !exchange { recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
+            if exchange {
+                try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
+            } else {
+                let replacing = nodeBeforeRemoval(to, newName) != nil
+                try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
+            }
         }
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
@@ -370,9 +376,9 @@ final class FileSystem: @unchecked Sendable {
     /// Removes `name` from `directory`; returns the known node that lost it.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> Inode? {
         let node = removing(directory, name, childName)
-        try countingRemoval(directory, name, node) { () throws(Errno) in
+        try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
-        }
+        } }
         return node
     }
 
@@ -402,7 +408,9 @@ final class FileSystem: @unchecked Sendable {
         }
         // A truncating open frees the file's blocks: counted, as a truncate is.
         let opened = flags & O_TRUNC != 0 && node.type == S_IFREG
-            ? try countingTruncation(ino, node) { () throws(Errno) in try Tagging.opened(reopen(node, flags), node, location) }
+            ? try trackingData(node, nil, .truncate(to: 0)) { () throws(Errno) in
+                try countingTruncation(ino, node) { () throws(Errno) in try Tagging.opened(reopen(node, flags), node, location) }
+            }
             : try Tagging.opened(reopen(node, flags), node, location)
         inodes.opened(node)
         return opened
@@ -414,9 +422,11 @@ final class FileSystem: @unchecked Sendable {
         try checkSpaceForCreation(exists: { nodeBeforeRemoval(directory, name) != nil })
         try useUmask(of: caller)
         let permitted = permittedMode(mode, type: S_IFREG)
-        let fd = try countingFolderGrowth(directory) { () throws(Errno) in
-            try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
-                try inodes.exhaustible { openat(directoryFD, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
+        let fd = try trackingNames(directory, childName, nil, { if flags & O_TRUNC != 0 { recordTruncation(directory, name) } }) { () throws(Errno) in
+            try countingFolderGrowth(directory) { () throws(Errno) in
+                try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
+                    try inodes.exhaustible { openat(directoryFD, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }
+                }
             }
         }
         Tagging.created(fd, location)
@@ -477,7 +487,7 @@ final class FileSystem: @unchecked Sendable {
     /// CAP_SYS_ADMIN), or not a regular file. Writes need no check of their own either
     /// way: the policy was applied to the open's flags.
     func passthrough(_ ino: fuse_ino_t) -> Int32 {
-        guard cfuse_passthrough_active(), !space.isActive else { return 0 }
+        guard cfuse_passthrough_active(), !space.isActive, powerLoss == nil else { return 0 }
         guard let node = try? inodes.inode(ino), node.type == S_IFREG else { return 0 }
         return (try? inodes.withDescriptor(node) { nodeFD in node.backingID.withLock { id in
             guard id == 0 else { return id }
@@ -501,9 +511,9 @@ final class FileSystem: @unchecked Sendable {
         let node = try inodes.inode(ino)
         let location = inodes.location(of: node)
         try check(.changeContent(location), caller, "fallocate", [(path(node), location)])
-        try withinCapacity(ino, fh, partial: false, growth: { Self.growth(allocating: mode, offset, length, $0) }) { (_, _) throws(Errno) in
+        try trackingData(node, fh, .allocate(mode: mode, offset: Int64(offset), length: Int64(length))) { () throws(Errno) in try withinCapacity(ino, fh, partial: false, growth: { Self.growth(allocating: mode, offset, length, $0) }) { (_, _) throws(Errno) in
             if clinux_fallocate(fh, mode, offset, length) != 0 { throw Errno.current }
-        }
+        } }
     }
 
     func copyFileRange(_ caller: Caller, from input: fuse_ino_t, _ inputFD: Int32, _ inputOffset: off_t,
@@ -518,8 +528,10 @@ final class FileSystem: @unchecked Sendable {
         // (docs/capacity.md); a write, not a copy, is what writes the part that fits.
         var input = stat()
         let copied = fstat(inputFD, &input) == 0 ? min(Int64(length), max(0, Int64(input.st_size).subtractingSaturated(Int64(inputOffset)))) : Int64(length)
-        return try withinCapacity(output, outputFD, partial: false, growth: { Self.growth(writing: Int(clamping: copied), at: outputOffset, $0) }) { (_, _) throws(Errno) in
-            try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length, flags) }
+        return try trackingData(node, outputFD, .write(offset: Int64(outputOffset), count: copied)) { () throws(Errno) in
+            try withinCapacity(output, outputFD, partial: false, growth: { Self.growth(writing: Int(clamping: copied), at: outputOffset, $0) }) { (_, _) throws(Errno) in
+                try sys { clinux_copy_file_range(inputFD, &inOffset, outputFD, &outOffset, length, flags) }
+            }
         }
     }
 
@@ -532,9 +544,9 @@ final class FileSystem: @unchecked Sendable {
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : size))
-        try countingAttributeBlocks(node, adding: true) { () throws(Errno) in
+        try trackingData(node, nil, nil) { () throws(Errno) in try countingAttributeBlocks(node, adding: true) { () throws(Errno) in
             try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
-        }
+        } }
     }
 
     func removexattr(_ caller: Caller, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
@@ -543,9 +555,9 @@ final class FileSystem: @unchecked Sendable {
         try check(.changeMetadata(location), caller, "removexattr", [(path(node), location)])
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, nil)
-        try countingAttributeBlocks(node, adding: false) { () throws(Errno) in
+        try trackingData(node, nil, nil) { () throws(Errno) in try countingAttributeBlocks(node, adding: false) { () throws(Errno) in
             try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_removexattr(fd, name) } }
-        }
+        } }
     }
 
     /// Reads an attribute's value into `buffer` (or its size when `buffer` is empty).

@@ -1,5 +1,6 @@
 import CFuse
 import CLinux
+import ContainerDurability
 import ContainerPolicy
 import ContainerStore
 import Glibc
@@ -32,6 +33,11 @@ public struct MountOptions: Sendable {
     /// The host user root's `run` program is (`appuser=UID:GID`): shown the store owner's
     /// files as its own, and what it makes recorded as the owner's (OwnerMapping.swift).
     public var appUser: (uid: uid_t, gid: gid_t)?
+    /// Track what is durable, for power cuts (`power-loss`, docs/power-loss.md): writes then
+    /// all come through the daemon (no passthrough, no writeback cache).
+    public var powerLoss = false
+    /// When names become durable (`power-loss=ext4`: with any fsync).
+    public var powerLossModel = Durability.NameModel.posix
     /// Further options for libfuse (`allow_root`, `auto_unmount`, `noexec`, `fsname=`).
     public var fuseOptions: [String] = []
 
@@ -61,6 +67,14 @@ public struct MountOptions: Sendable {
             case "nopassthrough": options.passthrough = false
             case "nosetid": options.noSetID = true
             case "locked": options.locked = true
+            case "power-loss":
+                options.powerLoss = true
+                if parts.count == 2 {
+                    guard let model = Durability.NameModel(rawValue: parts[1]) else {
+                        throw UserError.usage("bad mount option '\(item)': power-loss takes posix or ext4, as power-loss=ext4")
+                    }
+                    options.powerLossModel = model
+                }
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
@@ -92,6 +106,13 @@ public struct MountOptions: Sendable {
                 // Checked here, not by libfuse in the daemon: the user gets the one bad word.
                 throw UserError.usage("unknown mount option '\(item)': see 'containerfs mount --help'")
             }
+        }
+        if options.powerLoss {
+            // The daemon must see every write to know what is durable.
+            guard !options.writeback else {
+                throw UserError.usage("mount options 'power-loss' and 'writeback' do not go together: the kernel would hold back writes the daemon must see")
+            }
+            options.passthrough = false
         }
         return options
     }
@@ -139,6 +160,14 @@ public final class Session {
             fileSystem.ownerMapping = OwnerMapping(owner: (top.st_uid, top.st_gid), app: app)
         }
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
+        // A journal a daemon killed for real left goes; the store is as written.
+        if options.powerLoss {
+            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel) } catch {
+                throw UserError("cannot make the power-loss journal in \(store.statePath): \(error)")
+            }
+        } else {
+            PowerLoss.clear(store)
+        }
         // With a capacity, the store is counted here: from the summary of the last clean
         // unmount, or by a walk (see docs/capacity.md).
         fileSystem.space.reload(store)

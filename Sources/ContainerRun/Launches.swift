@@ -1,5 +1,9 @@
+import ContainerDurability
 import ContainerPurge
 import ContainerStore
+import Foundation
+import Glibc
+import Synchronization
 
 /// `containerfs run --launches N`: the program run N times, as N launches of the app,
 /// with `tmp/` emptied and the caches purged as chosen between them (SPEC §12).
@@ -33,17 +37,83 @@ public struct Launches: Sendable {
     /// (`--share-edits random`): files renamed, replaced, deleted, added, drawn from `seed`.
     public var shareEdits: Bool
 
+    /// What ends every launch but the last at a moment (`--power-cut`, `--kill`); nil: none.
+    public var event: Event?
+    /// Print the launches' report as JSON on stdout at the end (`--json`).
+    public var json = false
+
     /// `count` launches purging `purge` between them, drawing from `seed`.
-    public init(count: Int, seed: UInt64, purge: PurgeBetween, shareEdits: Bool = false) {
+    public init(count: Int, seed: UInt64, purge: PurgeBetween, shareEdits: Bool = false, event: Event? = nil) {
         self.count = count
         self.seed = seed
         self.purge = purge
         self.shareEdits = shareEdits
+        self.event = event
+    }
+
+    /// A sudden end of a launch (docs/power-loss.md): at `moment`, the power is cut (what
+    /// was never made durable is dropped) or the program is killed with SIGKILL (nothing
+    /// dropped); its processes are killed either way and the next launch starts.
+    public struct Event: Equatable, Sendable {
+        public enum Kind: String, Sendable {
+            case powerCut = "power-cut"
+            case kill
+        }
+        public var kind: Kind
+        /// When, in seconds after the program started.
+        public var moment: Moment
+        /// For a power cut: when a name change is durable (`--power-model`).
+        public var model: Durability.NameModel
+        public init(kind: Kind, moment: Moment, model: Durability.NameModel = .posix) {
+            self.kind = kind
+            self.moment = moment
+            self.model = model
+        }
+    }
+
+    /// When the event comes.
+    public enum Moment: Equatable, Sendable {
+        /// Drawn from the seed for each launch, between 0 and `within` seconds.
+        case random(within: Double)
+        /// This many seconds after the program started, in each launch.
+        case at(Double)
+
+        /// `random` or a number of seconds; nil for anything else.
+        public init?(_ text: String, within: Double) {
+            if text == "random" { self = .random(within: within); return }
+            guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds <= 86400 else { return nil }
+            self = .at(seconds)
+        }
+
+        var option: String {
+            switch self {
+            case .random(let within): "random --within \(within)"
+            case .at(let seconds): "\(seconds)"
+            }
+        }
+    }
+
+    /// The moment of the event in launch `number` (1-based), in seconds: the same seed
+    /// gives the same moments, apart from the purge's draws, whatever the program does.
+    public func moment(ofLaunch number: Int) -> Double? {
+        guard let event, number < count else { return nil }
+        switch event.moment {
+        case .at(let seconds): return seconds
+        case .random(let within):
+            var generator = SplitMix64(seed: seed ^ 0x504F_5745_5243_5554)   // "POWERCUT"
+            var draw: UInt64 = 0
+            for _ in 0..<number { draw = generator.next() }
+            // Milliseconds: a moment printed is the moment replayed.
+            return Double(draw % UInt64(max(1, within * 1000) + 1)) / 1000
+        }
     }
 
     /// The options that replay these launches.
     public var replay: String {
-        "--launches \(count) --purge-between \(purge.rawValue)\(shareEdits ? " --share-edits random" : "") --seed \(seed)"
+        var text = "--launches \(count) --purge-between \(purge.rawValue)\(shareEdits ? " --share-edits random" : "") --seed \(seed)"
+        if let event { text += " --\(event.kind.rawValue) \(event.moment.option)" }
+        if let event, event.kind == .powerCut, event.model != .posix { text += " --power-model \(event.model.rawValue)" }
+        return text
     }
 
     /// One change the user makes in `Documents/` through file sharing. Paths are below
@@ -123,20 +193,56 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
 extension Run {
     /// Runs the launches one after the other, purging between them; returns the first
     /// failing launch's status, or 0. A signal caught during any launch is passed on as in
-    /// a single run, and no launch starts after it.
+    /// a single run, and no launch starts after it. With an event, every launch but the
+    /// last ends at its moment (power cut or kill) unless the program exits first; a launch
+    /// that exits with a failure after one fails the run, named with the seed.
     func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
         let replay = launches.replay
         // The user can edit Documents/ only of an app that shares it: refused before any launch.
         if launches.shareEdits { try FileSharing.requireEnabled(opened) }
-        say("\(launches.count) launches, purging \(launches.purge.rawValue)\(launches.shareEdits ? " and the user editing Documents/" : "") between them, seed \(launches.seed)")
+        let ending = launches.event.map { ", \($0.kind == .powerCut ? "a power cut" : "a kill") in each launch but the last" } ?? ""
+        say("\(launches.count) launches, purging \(launches.purge.rawValue)\(launches.shareEdits ? " and the user editing Documents/" : "") between them\(ending), seed \(launches.seed)")
         var generator = SplitMix64(seed: launches.seed)
         var purged: String?
+        var report = LaunchesReport(seed: launches.seed, replay: replay)
+        defer { if launches.json { report.print() } }
+        var previousEvent: String?
         for number in 1...launches.count {
             if number > 1 { relay.rearm() }
-            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, number: number, purgedBefore: purged)
-            if status != 0 {
-                say("launch \(number) of \(launches.count) failed with status \(status) (seed \(launches.seed)); replay it with \(replay)")
-                return status
+            let armed = launches.moment(ofLaunch: number).flatMap { moment in
+                launches.event.map { ArmedEvent(kind: $0.kind, moment: moment, store: opened) }
+            }
+            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, number: number, purgedBefore: purged, armed: armed)
+            var entry = LaunchesReport.Entry(launch: number, status: status)
+            if let armed, let fired = armed.outcome {
+                entry.event = armed.kind.rawValue
+                entry.at = armed.moment
+                entry.status = nil
+                switch fired {
+                case .failed(let message):
+                    report.append(entry)
+                    say("launch \(number) of \(launches.count): the \(armed.kind.rawValue) at \(armed.moment) s failed: \(message)")
+                    report.failed = number
+                    return 1
+                case .done(let dropped):
+                    entry.dropped = dropped
+                    let what = armed.kind == .powerCut ? "power cut at \(armed.moment) s: \(dropped?.summary ?? "nothing to drop")"
+                        : "killed at \(armed.moment) s (SIGKILL, nothing dropped)"
+                    say("launch \(number) of \(launches.count): \(what)")
+                    previousEvent = "after the \(armed.kind == .powerCut ? "power cut" : "kill") in launch \(number)"
+                }
+                report.append(entry)
+            } else {
+                report.append(entry)
+                if status != 0 {
+                    let after = previousEvent.map { " \($0)" } ?? ""
+                    say("launch \(number) of \(launches.count) failed with status \(status)\(after) (seed \(launches.seed)); replay it with \(replay)")
+                    report.failed = number
+                    return status
+                }
+                let early = armed.map { " before the \($0.kind.rawValue) at \($0.moment) s" } ?? ""
+                if launches.event != nil { say("launch \(number) of \(launches.count): exited 0\(early)") }
+                previousEvent = nil
             }
             if let signal = relay.caughtAny {
                 say("launch \(number) of \(launches.count) ended after signal \(signal): no further launch")
@@ -148,7 +254,7 @@ extension Run {
             purged = line
             say("before launch \(number + 1): \(line)")
         }
-        say("all \(launches.count) launches exited 0 (seed \(launches.seed))")
+        say("all \(launches.count) launches exited 0 or ended as chosen (seed \(launches.seed))")
         return 0
     }
 
@@ -199,5 +305,102 @@ extension Run {
 
     private func say(_ line: String) {
         FileHandleOutput.standardError.write("containerfs: \(line)\n")
+    }
+}
+
+/// The event armed for one launch: a thread waits until its moment and, if the program
+/// still runs, cuts the power (through the mount's control socket) and kills the program's
+/// processes with SIGKILL.
+final class ArmedEvent: @unchecked Sendable {
+    let kind: Launches.Event.Kind
+    let moment: Double
+    private let store: Store
+    private let over = DispatchSemaphore(value: 0)
+    private let state = Mutex<(exited: Bool, outcome: Outcome?)>((false, nil))
+    private var thread: Thread?
+
+    enum Outcome {
+        /// The event happened: for a power cut, what it dropped.
+        case done(PowerCutReport?)
+        case failed(String)
+    }
+
+    init(kind: Launches.Event.Kind, moment: Double, store: Store) {
+        self.kind = kind
+        self.moment = moment
+        self.store = store
+    }
+
+    /// The program `pid` (with its process group when `group`) started: the clock runs.
+    func start(pid: pid_t, group: Bool) {
+        let thread = Thread { [self] in
+            guard over.wait(timeout: .now() + moment) == .timedOut else { return }
+            state.withLock { state in
+                guard !state.exited else { return }
+                var outcome = Outcome.done(nil)
+                if kind == .powerCut {
+                    do throws(UserError) {
+                        let answer = try ControlChannel.powerCut(store)
+                        outcome = .done(PowerCutReport(wire: answer))
+                    } catch {
+                        outcome = .failed(error.message)
+                    }
+                }
+                kill(group ? -pid : pid, SIGKILL)
+                state.outcome = outcome
+            }
+        }
+        thread.name = "launch event"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// The program has exited (or never started): no event from now on.
+    func exited() {
+        state.withLock { $0.exited = true }
+        over.signal()
+    }
+
+    /// What happened, if the event came; read after `exited`.
+    var outcome: Outcome? { state.withLock { $0.outcome } }
+}
+
+/// `run --launches --json`: each launch, its event and what it dropped, and whether it
+/// exited 0; printed on stdout as one JSON object when the launches end.
+struct LaunchesReport {
+    struct Entry {
+        var launch: Int
+        /// The exit status; nil when the event ended the launch.
+        var status: Int32?
+        var event: String?
+        var at: Double?
+        var dropped: PowerCutReport?
+    }
+    let seed: UInt64
+    let replay: String
+    var entries: [Entry] = []
+    /// The launch that failed, if one did.
+    var failed: Int?
+
+    init(seed: UInt64, replay: String) {
+        self.seed = seed
+        self.replay = replay
+    }
+
+    mutating func append(_ entry: Entry) { entries.append(entry) }
+
+    func print() {
+        let launches: [[String: Any]] = entries.map { entry in
+            var object: [String: Any] = ["launch": entry.launch, "status": entry.status.map { Int($0) } as Any? ?? NSNull()]
+            if let event = entry.event { object["event"] = event }
+            if let at = entry.at { object["at"] = at }
+            if let dropped = entry.dropped {
+                object["dropped"] = ["files": dropped.files, "bytes": dropped.bytes, "names": dropped.names, "untracked": dropped.untracked]
+            }
+            return object
+        }
+        let object: [String: Any] = ["seed": seed, "replay": replay, "launches": launches, "failed": failed.map { $0 as Any } ?? NSNull()]
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+        FileHandleOutput.standardOutput.write(String(decoding: data, as: UTF8.self) + "\n")
     }
 }

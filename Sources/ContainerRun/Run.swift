@@ -89,7 +89,7 @@ public struct Run {
     /// One launch: mounts the container, runs the program, unmounts and purges `tmp/`;
     /// returns the program's exit status. `number` and `purgedBefore` are for `atProgramExit`.
     func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, number: Int = 1,
-                purgedBefore: String? = nil) throws(UserError) -> Int32 {
+                purgedBefore: String? = nil, armed: ArmedEvent? = nil) throws(UserError) -> Int32 {
         let appUser = sandbox?.appUser
         let mountpoint = try Self.makeMountpoint(owner: appUser)
         lock.record(mountpoint: mountpoint)
@@ -108,6 +108,8 @@ public struct Run {
         // No set-ID file may come out of a run: one made by a program root ran would be a
         // root set-user-ID program in the store, which any local user can execute.
         var options = locked ? ["nosetid", "locked"] : ["nosetid"]
+        // Every launch of a run with power cuts tracks what is durable (docs/power-loss.md).
+        if let event = launches?.event, event.kind == .powerCut { options.append("power-loss=\(event.model.rawValue)") }
         // Root's program is the host app user: it reaches the mount as another user would,
         // and owns the store owner's files there (OwnerMapping). Only it can enter the run folder.
         if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
@@ -116,23 +118,25 @@ public struct Run {
         if appUser != nil { try Sandbox.makeDevices(in: Self.devicesFolder(of: mountpoint)) }
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
+        // Before the unmount: no event fires once the launch is over.
+        defer { armed?.exited() }
         if let sandbox {
             let layout = try layout(opened, launch: number)
             let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, layout: layout,
-                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self))
+                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed)
             status = ended
             return ended
         }
+        // An event kills the program's whole process group: it gets one of its own.
         let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint, added: addedEnvironment),
-                            directory: mountpoint)
+                            directory: mountpoint, newGroup: armed != nil)
         relay.attach(.process(pid, sharesTerminal: true))
+        armed?.start(pid: pid, group: true)
         let ended = waitForExit(pid)
         status = ended
         return ended
     }
 
-    /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
-    /// is the program's, 128+N for a signal).
     /// Where launch `number` shows the container: iOS's paths under the recorded UUIDs
     /// (drawn anew for each launch after the first with `relocate`), said on stderr.
     private func layout(_ store: Store, launch number: Int) throws(UserError) -> SandboxLayout {
@@ -146,8 +150,10 @@ public struct Run {
         return layout
     }
 
+    /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
+    /// is the program's, 128+N for a signal).
     private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay, layout: SandboxLayout,
-                             bundleName: String) throws(UserError) -> Int32 {
+                             bundleName: String, armed: ArmedEvent?) throws(UserError) -> Int32 {
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
         guard pipe(&filter) == 0 else {
@@ -193,6 +199,8 @@ public struct Run {
         }
         close(info[1])
         close(filter[0])
+        // bubblewrap runs with --die-with-parent: killing it ends the sandbox and all in it.
+        armed?.start(pid: pid, group: false)
         // bubblewrap writes `{"child-pid": N, …}` once the sandbox exists, then closes it.
         let text = String(decoding: readAll(info[0]), as: UTF8.self)
         close(info[0])
@@ -239,7 +247,7 @@ public struct Run {
     /// Starts `path` (looked up on PATH when it has no slash) with `arguments`, the standard
     /// streams and nothing else open but `passing` (each dup'ed to the given number, from 3 up).
     private func spawn(_ path: String, _ arguments: [String], environment: [String: String], directory: String? = nil,
-                       passing: [(fd: Int32, as: Int32)] = []) throws(UserError) -> pid_t {
+                       passing: [(fd: Int32, as: Int32)] = [], newGroup: Bool = false) throws(UserError) -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -262,7 +270,7 @@ public struct Run {
         for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | (newGroup ? POSIX_SPAWN_SETPGROUP : 0)))
 
         let argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }

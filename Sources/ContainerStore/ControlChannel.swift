@@ -63,6 +63,38 @@ public enum ControlChannel {
         try exchange(store, [capacityCommand]) != nil
     }
 
+    /// The message that makes a `power-loss` daemon drop everything not durable
+    /// (docs/power-loss.md); answered, alone, with `cut FILES BYTES NAMES UNTRACKED`, or
+    /// `not power-loss` when the mount does not track durability.
+    public static let powerCutCommand: [UInt8] = [0] + Array("power-cut".utf8)
+
+    /// Cuts the power of the mount of `store`: returns the daemon's answer after `cut `
+    /// (`FILES BYTES NAMES UNTRACKED`). Fails when nothing serves the store or its mount
+    /// does not track durability.
+    public static func powerCut(_ store: Store) throws(UserError) -> String {
+        guard MountLock.holder(store) != nil else {
+            throw UserError("store \(store.path) is not mounted: a power cut needs a live mount with -o power-loss")
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
+        defer { close(fd) }
+        var address = address(stateFD: store.stateFD)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else { throw UserError("the daemon of \(store.path) does not answer: \(Errno.current)") }
+        let sent = powerCutCommand.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == powerCutCommand.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
+        var reply = [UInt8](repeating: 0, count: 128)
+        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        let text = String(decoding: reply.prefix(max(0, count)), as: UTF8.self)
+        if text.hasPrefix("cut ") { return String(text.dropFirst(4)) }
+        if text == "not power-loss" {
+            throw UserError("the mount of \(store.path) does not track durability: mount it with -o power-loss")
+        }
+        throw UserError("the daemon of \(store.path) did not confirm the power cut")
+    }
+
     /// Sends `messages` and the end of the batch; returns the count the daemon answers
     /// with, or nil when no daemon is running.
     private static func exchange(_ store: Store, _ messages: [[UInt8]]) throws(UserError) -> UInt64? {

@@ -21,7 +21,11 @@ struct Mount: ParsableCommand {
             set-user-ID and set-group-ID bits from files; run uses it), appuser=UID:GID (root: show \
             the store owner's files to that host user as its own and record what it makes as the \
             owner's; root's run uses it for _containerfs), locked (start with the \
-            device locked since boot: see containerfs lock, docs/protection.md), timeout=SECONDS (kernel cache of names and \
+            device locked since boot: see containerfs lock, docs/protection.md), power-loss (track \
+            what fsync made durable, so that 'containerfs power-cut' can drop the rest as a power \
+            failure would; writes come through the daemon: no passthrough, no writeback; \
+            power-loss=ext4: any fsync makes every name change durable, as ext4's journal does, \
+            instead of its folder's fsync; see docs/power-loss.md), timeout=SECONDS (kernel cache of names and \
             attributes, default 86400), threads=N (default 16), debug; others are passed to \
             libfuse.
 

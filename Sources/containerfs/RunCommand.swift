@@ -1,5 +1,6 @@
 import ArgumentParser
 import ContainerCheck
+import ContainerDurability
 import ContainerRun
 import ContainerStore
 
@@ -57,6 +58,18 @@ struct RunCommand: ParsableCommand {
             as iOS does when the device is low: 'containerfs run ~/C --low-storage 2M -- ./app' \
             empties tmp/ and purges caches least recently used first until 2 MiB are free, \
             printing what went. See docs/capacity.md.
+
+            --power-cut random (or SECONDS) ends every launch but the last with a power cut, at a \
+            moment drawn from --seed between 0 and --within seconds (default 2), or SECONDS after \
+            the program started: the container is mounted with -o power-loss, everything the \
+            program never made durable (fsync of a file for its data, of a folder for its names) \
+            is dropped as a power failure would, its processes are killed, and the next launch \
+            starts, as the app after a reboot. --kill random (or SECONDS) kills the program with \
+            SIGKILL instead, dropping nothing. One line per launch says what was dropped (files, \
+            bytes, names) and whether the launch exited 0; --power-model ext4 makes every name \
+            change durable with any fsync, as ext4's journal does, instead of with its folder's; a launch that fails after a cut names \
+            the seed and the options that replay it; --json prints the whole report as one JSON \
+            object on stdout at the end. See docs/power-loss.md.
 
             --check checks the container against Apple's storage guidelines when the program \
             exits, before tmp/ is purged, as 'containerfs check' does, and also reports the files \
@@ -118,6 +131,21 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Between launches, the user edits Documents/ through file sharing: random renames, replacements, deletions and additions drawn from the seed (needs an Info.plist that enables file sharing).", valueName: "random"))
     var shareEdits: String?
 
+    @Option(name: .customLong("power-cut"), help: ArgumentHelp("With --launches: end every launch but the last with a power cut at a moment drawn from --seed (random) or SECONDS after the program started.", valueName: "random|SECONDS"))
+    var powerCut: String?
+
+    @Option(name: .customLong("kill"), help: ArgumentHelp("With --launches: kill every launch but the last with SIGKILL at a moment drawn from --seed (random) or SECONDS after it started.", valueName: "random|SECONDS"))
+    var kill: String?
+
+    @Option(help: ArgumentHelp("The latest moment a random --power-cut or --kill may be drawn at (default 2).", valueName: "SECONDS"))
+    var within: Double?
+
+    @Option(name: .customLong("power-model"), help: ArgumentHelp("When a name change becomes durable for --power-cut: posix (with its folder's fsync, the default) or ext4 (with any fsync, as ext4's journal commits).", valueName: "MODEL"))
+    var powerModel: String?
+
+    @Flag(help: "With --launches: print the launches' report as one JSON object on stdout at the end.")
+    var json = false
+
     @Flag(help: "Check the container against the storage guidelines when the program exits (see 'containerfs check').")
     var check = false
 
@@ -142,6 +170,26 @@ struct RunCommand: ParsableCommand {
         if noConfine, layout == "ios" { throw ValidationError("--layout ios needs the confinement: drop --no-confine") }
         if relocate, layout != "ios" || launches == nil { throw ValidationError("--relocate goes with --layout ios and --launches N") }
         if let shareEdits, shareEdits != "random" { throw ValidationError("--share-edits must be random, not '\(shareEdits)'") }
+        if powerCut != nil, kill != nil { throw ValidationError("choose --power-cut or --kill, not both") }
+        if let when = powerCut ?? kill {
+            guard let launches, launches >= 2 else {
+                throw ValidationError("--\(powerCut != nil ? "power-cut" : "kill") ends every launch but the last: it goes with --launches N, N at least 2")
+            }
+            guard Launches.Moment(when, within: 2) != nil else {
+                throw ValidationError("--\(powerCut != nil ? "power-cut" : "kill") takes random or a number of seconds, not '\(when)'")
+            }
+        }
+        if let within, !(within.isFinite && within > 0 && within <= 86400) {
+            throw ValidationError("--within takes a number of seconds above 0, not \(within)")
+        }
+        if within != nil, powerCut != "random", kill != "random" { throw ValidationError("--within goes with --power-cut random or --kill random") }
+        if let powerModel {
+            guard powerCut != nil else { throw ValidationError("--power-model goes with --power-cut") }
+            guard Durability.NameModel(rawValue: powerModel) != nil else {
+                throw ValidationError("--power-model must be posix or ext4, not '\(powerModel)'")
+            }
+        }
+        if json, launches == nil { throw ValidationError("--json goes with --launches N") }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
             throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
@@ -169,9 +217,14 @@ struct RunCommand: ParsableCommand {
             run.iosLayout = layout == "ios"
             run.relocate = relocate
             if let launches {
+                let event = (powerCut ?? kill).flatMap { Launches.Moment($0, within: within ?? 2) }.map {
+                    Launches.Event(kind: powerCut != nil ? .powerCut : .kill, moment: $0,
+                                   model: powerModel.flatMap(Durability.NameModel.init(rawValue:)) ?? .posix)
+                }
                 run.launches = Launches(count: launches, seed: seed ?? UInt64.random(in: 0..<(1 << 32)),
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp,
-                                        shareEdits: shareEdits != nil)
+                                        shareEdits: shareEdits != nil, event: event)
+                run.launches?.json = json
             }
             let runCheck = settings.map { _ in RunCheck() }
             if let runCheck { run.atProgramExit = { runCheck.take($0) } }

@@ -79,3 +79,35 @@ struct LaunchesTests {
         #expect(Launches(count: 4, seed: 9, purge: .caches).replay == "--launches 4 --purge-between caches --seed 9")
     }
 }
+
+/// The moments of `run --launches --power-cut/--kill` (docs/power-loss.md).
+@Suite("Launch events")
+struct LaunchEventTests {
+    @Test func theSameSeedGivesTheSameMomentsWithinTheWindow() {
+        let event = Launches.Event(kind: .powerCut, moment: .random(within: 1.5))
+        let first = Launches(count: 6, seed: 42, purge: .tmp, event: event)
+        let again = Launches(count: 6, seed: 42, purge: .tmp, event: event)
+        let other = Launches(count: 6, seed: 43, purge: .tmp, event: event)
+        let moments = (1...6).map { first.moment(ofLaunch: $0) }
+        #expect(moments == (1...6).map { again.moment(ofLaunch: $0) })
+        #expect(moments != (1...6).map { other.moment(ofLaunch: $0) })
+        // Every launch but the last, each within the window, in milliseconds.
+        #expect(moments.last == .some(nil))
+        for moment in moments.dropLast() {
+            let seconds = try! #require(moment)
+            #expect(seconds >= 0 && seconds <= 1.5)
+            #expect((seconds * 1000).rounded() == seconds * 1000)
+        }
+    }
+
+    @Test func aChosenMomentAndTheReplayOptions() {
+        let launches = Launches(count: 3, seed: 7, purge: .caches, event: .init(kind: .kill, moment: .at(0.25)))
+        #expect(launches.moment(ofLaunch: 1) == 0.25)
+        #expect(launches.moment(ofLaunch: 3) == nil)
+        #expect(launches.replay == "--launches 3 --purge-between caches --seed 7 --kill 0.25")
+        #expect(Launches(count: 2, seed: 1, purge: .tmp).moment(ofLaunch: 1) == nil)
+        #expect(Launches.Moment("random", within: 2) == .random(within: 2))
+        #expect(Launches.Moment("1.5", within: 2) == .at(1.5))
+        for bad in ["-1", "soon", "nan", "inf", ""] { #expect(Launches.Moment(bad, within: 2) == nil) }
+    }
+}

@@ -1,0 +1,345 @@
+import Foundation
+import Glibc
+import Testing
+
+/// `mount -o power-loss` and `containerfs power-cut` (docs/power-loss.md): through a real
+/// mount, what was made durable stays and the rest is dropped, as a power failure would.
+@Suite("Power loss", .serialized)
+struct PowerLossTests {
+    /// Runs Python `code` in the mount's `Documents` folder, with `sync(path)` (fsync of a
+    /// file or folder) and `save(path, text)` (write without sync) at hand.
+    @discardableResult
+    static func python(_ code: String, in container: MountedContainer, sourceLocation: SourceLocation = #_sourceLocation) throws -> ProgramResult {
+        let prelude = """
+            import os
+            def sync(path):
+                fd = os.open(path, os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+            def save(path, text):
+                with open(path, 'w') as f: f.write(text)
+
+            """
+        let result = try runProgram(["python3", "-c", prelude + code], directory: container.mounted("Documents"))
+        #expect(result.status == 0, "\(code): \(result)", sourceLocation: sourceLocation)
+        return result
+    }
+
+    static func cut(_ container: MountedContainer, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+        let result = try containerfs(["power-cut", container.store])
+        #expect(result.status == 0, "power-cut: \(result)", sourceLocation: sourceLocation)
+        return result.stdout
+    }
+
+    static func stored(_ container: MountedContainer, _ relative: String) -> String? {
+        (try? Data(contentsOf: URL(fileURLWithPath: container.stored("Documents/" + relative)))).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @Test func dataWrittenWithoutFsyncIsDroppedAndSyncedDataStays() throws {
+        try withMountedContainer(options: ["power-loss"]) { container in
+            try Self.python("""
+                for name in ['plain', 'synced', 'datasynced', 'appended']: save(name, 'durable ' + name)
+                for name in ['plain', 'synced', 'datasynced', 'appended', '.']: sync(name)
+                save('plain', 'lost: never synced, and longer than before')
+                save('synced', 'kept: synced')
+                sync('synced')
+                with open('datasynced', 'r+') as f:
+                    f.write('KEPT')
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                with open('appended', 'a') as f: f.write(' and an end that never reached the disk')
+                fd = os.open('dsync', os.O_WRONLY | os.O_CREAT | os.O_DSYNC, 0o644)
+                os.write(fd, b'kept: O_DSYNC')
+                os.close(fd)
+                sync('.')
+                with open('synced', 'r+') as f: f.write('LOST')
+                """, in: container)
+            let report = try Self.cut(container)
+            #expect(report.hasPrefix("power cut: dropped 3 files"), "\(report)")
+            #expect(Self.stored(container, "plain") == "durable plain")
+            #expect(Self.stored(container, "synced") == "kept: synced")
+            #expect(Self.stored(container, "datasynced") == "KEPTble datasynced")
+            #expect(Self.stored(container, "appended") == "durable appended")
+            #expect(Self.stored(container, "dsync") == "kept: O_DSYNC")
+            // The kernel forgot what it cached: the mount shows the store.
+            #expect((try? String(contentsOfFile: container.mounted("Documents/plain"), encoding: .utf8)) == "durable plain")
+            // A disk without power takes no more changes; the journal is emptied.
+            #expect(errnoOf { open(container.mounted("Documents/plain"), O_WRONLY | O_TRUNC) } == EIO)
+            #expect(errnoOf { mkdir(container.mounted("Documents/more"), 0o755) } == EIO)
+            #expect((try? FileManager.default.contentsOfDirectory(atPath: container.stored(".containerfs/power-loss"))) == [])
+            // Mounted again, the container goes on from the durable state.
+            container.unmount()
+            try container.mount(options: ["power-loss"])
+            #expect((try? String(contentsOfFile: container.mounted("Documents/synced"), encoding: .utf8)) == "kept: synced")
+            try Self.python("save('plain', 'writable again')", in: container)
+        }
+    }
+
+    @Test func namesNeedTheirFolderSynced() throws {
+        try withMountedContainer(options: ["power-loss"]) { container in
+            try Self.python("""
+                os.makedirs('kept/inner')
+                save('kept/inner/file', 'durable')
+                save('gone-later', 'durable')
+                os.mkdir('emptied')
+                for path in ['kept/inner/file', 'kept/inner', 'kept', 'gone-later', 'emptied', '.']: sync(path)
+                save('new-unsynced', 'not durable')
+                sync('new-unsynced')
+                save('kept/new-synced', 'durable name')
+                sync('kept/new-synced'); sync('kept')
+                os.makedirs('newdir/deeper')
+                save('newdir/deeper/file', 'x')
+                os.unlink('gone-later')
+                os.rmdir('emptied')
+                os.rename('kept/inner', 'moved-inner')
+                os.unlink('moved-inner/file')
+                """, in: container)
+            let report = try Self.cut(container)
+            #expect(report.contains("names"), "\(report)")
+            let names = try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents")).sorted()
+            #expect(names == ["Inbox", "emptied", "gone-later", "kept"])
+            #expect(Self.stored(container, "gone-later") == "durable")
+            #expect(Self.stored(container, "kept/inner/file") == "durable")
+            #expect(Self.stored(container, "kept/new-synced") == "durable name")
+        }
+    }
+
+    @Test func aRenameOverWithoutFsyncRevertsAndWithItKeepsTheNewData() throws {
+        try withMountedContainer(options: ["power-loss"]) { container in
+            try Self.python("""
+                save('state.json', '{"version": 1}')
+                sync('state.json'); sync('.')
+                save('state.json.tmp', '{"version": 2}')
+                os.rename('state.json.tmp', 'state.json')
+                """, in: container)
+            _ = try Self.cut(container)
+            #expect(Self.stored(container, "state.json") == #"{"version": 1}"#)
+            #expect(Self.stored(container, "state.json.tmp") == nil)
+            container.unmount()
+            try container.mount(options: ["power-loss"])
+            // The folder's fsync makes the rename durable, and with it the data of the file
+            // renamed over the old one (ext4's auto_da_alloc), though the file was never synced.
+            try Self.python("""
+                save('state.json.tmp', '{"version": 3}')
+                os.rename('state.json.tmp', 'state.json')
+                sync('.')
+                """, in: container)
+            _ = try Self.cut(container)
+            #expect(Self.stored(container, "state.json") == #"{"version": 3}"#)
+        }
+    }
+
+    @Test func aCutContainerWithACapacityIsCountedAgain() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let set = try containerfs(["capacity", container.store, "50M"])
+        #expect(set.status == 0, "\(set)")
+        try container.mount(options: ["power-loss"])
+        try Self.python("save('big', 'x' * 4_000_000)", in: container)
+        _ = try Self.cut(container)
+        // The daemon's own count, as statfs shows it through the mount (a count made afresh,
+        // as `containerfs capacity` makes, would not tell).
+        var info = statvfs()
+        #expect(statvfs(container.mountpoint, &info) == 0)
+        let used = Int64(info.f_blocks - info.f_bfree) * Int64(info.f_frsize)
+        #expect(used < 1_000_000, "the daemon counts \(used) bytes used after the cut")
+    }
+
+    @Test func theModeIsAnOptionAndTheCutNeedsIt() throws {
+        let refused = try containerfs(["mount", "/nonexistent", "/nonexistent", "-o", "power-loss,writeback"])
+        #expect(refused.status == 64)
+        #expect(refused.stderr.contains("'power-loss' and 'writeback' do not go together"), "\(refused)")
+        try withMountedContainer { container in
+            let result = try containerfs(["power-cut", container.store])
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("mount it with -o power-loss"), "\(result)")
+            // Off, nothing is tracked: the journal folder does not exist.
+            #expect(!FileManager.default.fileExists(atPath: container.stored(".containerfs/power-loss")))
+        }
+    }
+
+    // MARK: Launches: run --power-cut, --kill
+
+    /// A store (not mounted: `run` mounts it), with `programs` written beside it.
+    static func container(_ programs: [String: String]) throws -> MountedContainer {
+        let container = try MountedContainer()
+        for (name, text) in programs { try Data(text.utf8).write(to: URL(fileURLWithPath: container.base + "/" + name)) }
+        return container
+    }
+
+    /// `containerfs run STORE --no-confine --launches … --json -- PROGRAM`: the result and
+    /// its JSON report (the last line of stdout).
+    static func launches(_ container: MountedContainer, _ options: [String], _ program: [String]) throws -> (ProgramResult, [String: Any]) {
+        let result = try containerfs(["run", container.store, "--no-confine", "--json"] + options + ["--"] + program)
+        let last = result.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        let report = (try? JSONSerialization.jsonObject(with: Data(last.utf8))) as? [String: Any] ?? [:]
+        return (result, report)
+    }
+
+    static func events(_ report: [String: Any]) -> [[String: Any]] {
+        report["launches"] as? [[String: Any]] ?? []
+    }
+
+    @Test func killedLaunchesAreReportedAndTheLastRunsToItsEnd() throws {
+        let container = try Self.container([:])
+        let (result, report) = try Self.launches(container, ["--launches", "3", "--kill", "random", "--within", "0.3", "--seed", "9"],
+                                                 ["sh", "-c", "echo started >> Documents/log; sleep 0.6; echo ended >> Documents/log"])
+        #expect(result.status == 0, "\(result)")
+        let launches = Self.events(report)
+        #expect(launches.count == 3)
+        #expect(launches.prefix(2).allSatisfy { $0["event"] as? String == "kill" && $0["status"] is NSNull && $0["dropped"] == nil })
+        #expect(launches.last?["status"] as? Int == 0)
+        #expect(report["seed"] as? Int == 9)
+        #expect(result.stderr.contains("launch 1 of 3: killed at "), "\(result)")
+        #expect(result.stderr.contains("launch 3 of 3: exited 0"), "\(result)")
+        // A kill drops nothing: each launch's line stays (one killed before its shell wrote
+        // would not have one); only the last launch ended.
+        let log = (try? String(contentsOfFile: container.stored("Documents/log"), encoding: .utf8)) ?? ""
+        #expect(log.hasSuffix("started\nended\n") && log.components(separatedBy: "ended").count == 2, "\(log)")
+    }
+
+    /// sqlite3 (Python's module) in a write loop: at its start, each launch checks the
+    /// database (`integrity_check`) and that every transaction a previous launch logged as
+    /// committed is there, then commits numbered transactions for `seconds`, logging each
+    /// on the host once `COMMIT` returned.
+    static let sqliteProgram = """
+        import os, sqlite3, sys, time
+        mode, sync, log, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+        os.chdir(os.path.join(os.environ['HOME'], 'Documents'))
+        committed = [int(x) for x in open(log).read().split()] if os.path.exists(log) else []
+        db = sqlite3.connect('app.db', isolation_level=None)
+        db.execute('pragma journal_mode=%s' % mode)
+        db.execute('pragma synchronous=%s' % sync)
+        db.execute('create table if not exists t(id integer primary key, body text)')
+        check = db.execute('pragma integrity_check').fetchone()[0]
+        if check != 'ok':
+            print('integrity_check: %s' % check, file=sys.stderr); sys.exit(2)
+        have = {row[0] for row in db.execute('select id from t')}
+        missing = [i for i in committed if i not in have]
+        if missing:
+            print('lost %d of %d committed transactions (first %d)' % (len(missing), len(committed), missing[0]), file=sys.stderr)
+            sys.exit(3)
+        i = max(have | set(committed) | {0})
+        end = time.monotonic() + seconds
+        with open(log, 'a') as out:
+            while time.monotonic() < end:
+                i += 1
+                db.execute('begin')
+                db.execute('insert into t values (?, ?)', (i, 'x' * 300))
+                db.execute('commit')
+                out.write('%d\\n' % i); out.flush()
+        """
+
+    @Test(arguments: [("wal", "FULL", 21 as UInt64), ("truncate", "FULL", 22), ("delete", "EXTRA", 23)])
+    func sqliteKeepsEveryCommittedTransactionAcrossCuts(mode: String, sync: String, seed: UInt64) throws {
+        let container = try Self.container(["app.py": Self.sqliteProgram])
+        let log = container.base + "/committed"
+        let (result, report) = try Self.launches(container, ["--launches", "4", "--power-cut", "random", "--within", "0.8", "--seed", "\(seed)"],
+                                                 ["python3", container.base + "/app.py", mode, sync, log, "0.8"])
+        #expect(result.status == 0, "\(mode) \(sync): \(result)")
+        let launches = Self.events(report)
+        #expect(launches.prefix(3).allSatisfy { $0["event"] as? String == "power-cut" }, "\(report)")
+        #expect(launches.last?["status"] as? Int == 0)
+        let committed = (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n").count ?? 0
+        #expect(committed > 0, "no transaction was committed")
+    }
+
+    @Test func sqliteWithoutSyncLosesCommittedTransactionsAndTheRunNamesTheSeed() throws {
+        let container = try Self.container(["app.py": Self.sqliteProgram])
+        let log = container.base + "/committed"
+        let (result, report) = try Self.launches(container, ["--launches", "2", "--power-cut", "1", "--seed", "5"],
+                                                 ["python3", container.base + "/app.py", "wal", "OFF", log, "2"])
+        #expect(result.status == 3, "\(result)")
+        #expect(result.stderr.contains("lost "), "\(result)")
+        #expect(result.stderr.contains("launch 2 of 2 failed with status 3 after the power cut in launch 1 (seed 5); replay it with --launches 2 --purge-between tmp --seed 5 --power-cut 1.0"), "\(result)")
+        let dropped = Self.events(report).first?["dropped"] as? [String: Any]
+        #expect((dropped?["names"] as? Int ?? 0) > 0, "\(report)")
+        #expect(report["failed"] as? Int == 2)
+    }
+
+    /// Saves its state as JSON to a temporary name and renames it over the old file,
+    /// `--sync` with fsync of the file and of the folder; at its start, fails if the state
+    /// it saved last time (logged on the host) is missing or cannot be read.
+    static let jsonSaver = """
+        import json, os, sys, time
+        log, sync = sys.argv[1], '--sync' in sys.argv
+        os.chdir(os.path.join(os.environ['HOME'], 'Documents'))
+        if os.path.exists(log):
+            try:
+                state = json.load(open('state.json'))
+            except Exception as error:
+                print('state lost: %s' % error, file=sys.stderr); sys.exit(4)
+        end = time.monotonic() + 1.5
+        version = 0
+        while time.monotonic() < end:
+            version += 1
+            with open('state.json.tmp', 'w') as f:
+                json.dump({'version': version, 'notes': ['x' * 100] * 20}, f)
+                if sync:
+                    f.flush(); os.fsync(f.fileno())
+            os.rename('state.json.tmp', 'state.json')
+            if sync:
+                folder = os.open('.', os.O_RDONLY); os.fsync(folder); os.close(folder)
+            with open(log, 'a') as out: out.write('%d\\n' % version)
+        """
+
+    @Test(arguments: [false, true])
+    func aJSONSaverLosesItsFileWithoutFsyncAndNeverWithIt(synced: Bool) throws {
+        let container = try Self.container(["saver.py": Self.jsonSaver])
+        let log = container.base + "/saved"
+        let cuts = synced ? ["--launches", "4", "--power-cut", "random", "--within", "0.7"] : ["--launches", "2", "--power-cut", "1"]
+        let (result, _) = try Self.launches(container, cuts + ["--seed", "31"],
+                                            ["python3", container.base + "/saver.py", log] + (synced ? ["--sync"] : []))
+        if synced {
+            #expect(result.status == 0, "\(result)")
+        } else {
+            #expect(result.status == 4, "\(result)")
+            #expect(result.stderr.contains("state lost"), "\(result)")
+        }
+    }
+
+    /// A git commit loop for `$3` milliseconds: at its start `git fsck --full`, and every
+    /// commit logged on the host as made must be there but the last `$4`; `init` makes the
+    /// repository (in a run without cuts).
+    static let gitProgram = """
+        set -u
+        log=$1; fsync=$2
+        cd "$HOME/Documents"
+        export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t HOME=/tmp GIT_CONFIG_NOSYSTEM=1
+        if [ "$3" = init ]; then git init -q repo && cd repo && git commit -q --allow-empty -m start && : > "$log"; exit 0; fi
+        cd repo || exit 9
+        git fsck --full >/dev/null 2>&1 || { echo "git fsck failed" >&2; exit 2; }
+        have=$(git rev-list --count HEAD); want=$(wc -l < "$log")
+        [ $((have + $4)) -gt "$want" ] || { echo "lost commits: $have of $want" >&2; exit 3; }
+        git config core.fsync "$fsync"; git config core.fsyncMethod fsync
+        i=0; end=$(( $(date +%s%N) + $3 * 1000000 ))
+        while [ "$(date +%s%N)" -lt "$end" ]; do
+          i=$((i+1)); echo "$i" > "file$((i % 5))"
+          # A cut can leave index.lock behind, as a crash does: git then refuses to commit.
+          git add -A && git commit -q -m "c$i" || exit 0
+          echo "$i" >> "$log"
+        done
+        """
+
+    /// With core.fsync=all the last commit may go: git fsyncs its ref's new file but not the
+    /// folder it is renamed in, which only the next fsync makes durable.
+    @Test(arguments: ["all", "none"])
+    func gitKeepsItsCommitsUnderExt4sModelOnlyWhenItFsyncs(fsync: String) throws {
+        let container = try Self.container(["git.sh": Self.gitProgram])
+        let log = container.base + "/commits"
+        let made = try containerfs(["run", container.store, "--no-confine", "--", "sh", container.base + "/git.sh", log, fsync, "init"])
+        #expect(made.status == 0, "\(made)")
+        // The loop outlasts the cut: each launch but the last is cut while it commits.
+        let cuts = fsync == "all" ? ["--launches", "4", "--power-cut", "random", "--within", "0.8"] : ["--launches", "2", "--power-cut", "0.6"]
+        let (result, report) = try Self.launches(container, cuts + ["--power-model", "ext4", "--seed", "41"],
+                                                 ["sh", container.base + "/git.sh", log, fsync, "1000", fsync == "all" ? "1" : "0"])
+        if fsync == "all" {
+            #expect(result.status == 0, "\(result)")
+            #expect(Self.events(report).last?["status"] as? Int == 0)
+        } else {
+            #expect(result.status == 3, "\(result)")
+            #expect(result.stderr.contains("lost commits"), "\(result)")
+            #expect(result.stderr.contains("--power-model ext4"), "\(result)")
+        }
+    }
+}
