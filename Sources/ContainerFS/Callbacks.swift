@@ -157,26 +157,20 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.unlink = { request, parent, name in
         respond(request) { () throws(Errno) in
-            let fs = fileSystem(request)
-            let removed = try fs.unlink(caller(request), parent, name!)
+            try fileSystem(request).unlink(caller(request), parent, name!)
             fuse_reply_err(request, 0)
-            fs.nameRemoved(removed)
         }
     }
     ops.rmdir = { request, parent, name in
         respond(request) { () throws(Errno) in
-            let fs = fileSystem(request)
-            let removed = try fs.rmdir(caller(request), parent, name!)
+            try fileSystem(request).rmdir(caller(request), parent, name!)
             fuse_reply_err(request, 0)
-            fs.nameRemoved(removed)
         }
     }
     ops.rename = { request, parent, name, newParent, newName, flags in
         respond(request) { () throws(Errno) in
-            let fs = fileSystem(request)
-            let removed = try fs.rename(caller(request), parent, name!, newParent, newName!, flags)
+            try fileSystem(request).rename(caller(request), parent, name!, newParent, newName!, flags)
             fuse_reply_err(request, 0)
-            fs.nameRemoved(removed)
         }
     }
     ops.open = { request, ino, info in

@@ -321,30 +321,20 @@ final class FileSystem: @unchecked Sendable {
         return try entry(directory, name, childName, location)
     }
 
-    /// Returns the known node that lost the name, for `nameRemoved` after the reply.
-    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> Inode? {
+    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
-        return try remove(directory, name, childName, 0)
+        try remove(directory, name, childName, 0)
     }
 
-    /// Returns the known node that lost the name, for `nameRemoved` after the reply.
-    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> Inode? {
+    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
-        return try remove(directory, name, childName, AT_REMOVEDIR)
+        try remove(directory, name, childName, AT_REMOVEDIR)
     }
 
-    /// After the reply to a removal: a node left with no name closes its descriptor (and
-    /// passthrough backing file) when no open file needs them, so its blocks are freed as
-    /// natively, but the program does not wait for the freeing.
-    func nameRemoved(_ node: Inode?) {
-        if let node { inodes.removed(node) }
-    }
-
-    /// Returns the known node the rename replaced, for `nameRemoved` after the reply.
     func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
-                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) -> Inode? {
+                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) {
         guard flags & ~(clinux_RENAME_NOREPLACE | clinux_RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL) }
         let exchange = flags & clinux_RENAME_EXCHANGE != 0
         let (from, fromName, source) = try child(parent, name)
@@ -368,18 +358,19 @@ final class FileSystem: @unchecked Sendable {
                 try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
             }
         }
+        if let replaced { inodes.removed(replaced) }
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
-        return replaced
     }
 
-    /// Removes `name` from `directory`; returns the known node that lost it.
-    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> Inode? {
+    /// Removes `name` from `directory`; a node that loses its last name closes its
+    /// descriptor when no open file needs it, so its blocks are freed as natively.
+    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) {
         let node = removing(directory, name, childName)
         try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
         } }
-        return node
+        if let node { inodes.removed(node) }
     }
 
     /// The known node at `name` in `directory`, about to lose that name.

@@ -254,7 +254,7 @@ extension Run {
             purged = line
             say("before launch \(number + 1): \(line)")
         }
-        say("all \(launches.count) launches exited 0 or ended as chosen (seed \(launches.seed))")
+        say("all \(launches.count) launches exited 0\(launches.event == nil ? "" : " or ended as chosen") (seed \(launches.seed))")
         return 0
     }
 
