@@ -50,6 +50,7 @@ public struct Run {
         // The space its daemon records is dropped by what changes the store after it: the
         // purges of tmp/ and caches (ContainerPurge), not this open.
         let opened = try Store.open(store, changing: false)
+        try opened.requireApp(for: "run")
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
         let sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)

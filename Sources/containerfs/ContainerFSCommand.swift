@@ -13,7 +13,7 @@ struct ContainerFSCommand: ParsableCommand {
             Exit status: 0 success, 1 failure, 64 misuse of the command line.
             """,
         version: containerfsVersion,
-        subcommands: [Create.self, Update.self, Offload.self, Mount.self, Unmount.self, RunCommand.self, Deliver.self, Verify.self, CheckCommand.self, Audit.self, PurgeCommand.self, UsageCommand.self, CapacityCommand.self, BackupCommand.self, RestoreCommand.self, BackupsCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self]
+        subcommands: [Create.self, CreateGroup.self, Update.self, Offload.self, Mount.self, Unmount.self, RunCommand.self, Deliver.self, Verify.self, CheckCommand.self, Audit.self, PurgeCommand.self, UsageCommand.self, CapacityCommand.self, BackupCommand.self, RestoreCommand.self, BackupsCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self]
     )
 
     /// ArgumentParser's `main`, except that a command line it cannot parse gets the one
