@@ -72,14 +72,15 @@ extension Run {
     /// Runs the launches one after the other, purging between them; returns the first
     /// failing launch's status, or 0. A signal caught during any launch is passed on as in
     /// a single run, and no launch starts after it.
-    func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
+    func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock,
+                groups: [GroupMount] = []) throws(UserError) -> Int32 {
         let replay = launches.replay
         say("\(launches.count) launches, purging \(launches.purge.rawValue) between them, seed \(launches.seed)")
         var generator = SplitMix64(seed: launches.seed)
         var purged: String?
         for number in 1...launches.count {
             if number > 1 { relay.rearm() }
-            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, number: number, purgedBefore: purged)
+            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups, number: number, purgedBefore: purged)
             if status != 0 {
                 say("launch \(number) of \(launches.count) failed with status \(status) (seed \(launches.seed)); replay it with \(replay)")
                 return status

@@ -67,13 +67,17 @@ public struct Run {
             throw UserError("store \(store) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; run mounts the container itself")
         }
         try MountDaemon.checkFUSE()
-        guard let launches else { return try launch(opened, sandbox: sandbox, relay: relay, lock: lock) }
-        return try launch(launches, opened, sandbox: sandbox, relay: relay, lock: lock)
+        // The app's groups, mounted once for all their members' runs (GroupMount), for the
+        // whole run: a group's files stay as the other members see them between launches.
+        let groups = try GroupMount.acquireAll(for: opened, appUser: sandbox?.appUser, locked: locked)
+        defer { groups.forEach { $0.release() } }
+        guard let launches else { return try launch(opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups) }
+        return try launch(launches, opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups)
     }
 
     /// One launch: mounts the container, runs the program, unmounts and purges `tmp/`;
     /// returns the program's exit status. `number` and `purgedBefore` are for `atProgramExit`.
-    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, number: Int = 1,
+    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, groups: [GroupMount] = [], number: Int = 1,
                 purgedBefore: String? = nil) throws(UserError) -> Int32 {
         let appUser = sandbox?.appUser
         let mountpoint = try Self.makeMountpoint(owner: appUser)
@@ -102,11 +106,13 @@ public struct Run {
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
         if let sandbox {
-            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay)
+            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, groups: groups)
             status = ended
             return ended
         }
-        let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint, added: addedEnvironment),
+        let environment = Sandbox.environment(home: mountpoint, added: addedEnvironment,
+                                              groups: groups.map { ($0.identifier, $0.mountpoint) })
+        let pid = try spawn(command[0], command, environment: environment,
                             directory: mountpoint)
         relay.attach(.process(pid, sharesTerminal: true))
         let ended = waitForExit(pid)
@@ -116,7 +122,8 @@ public struct Run {
 
     /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
     /// is the program's, 128+N for a signal).
-    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay) throws(UserError) -> Int32 {
+    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay,
+                             groups: [GroupMount]) throws(UserError) -> Int32 {
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
         guard pipe(&filter) == 0 else {
@@ -140,10 +147,12 @@ public struct Run {
         let accounts = asRoot ? accountFiles() : nil
         defer { if let accounts { close(accounts.passwd); close(accounts.group) } }
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
-                                       environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment),
+                                       environment: Sandbox.environment(home: Sandbox.home, added: addedEnvironment,
+                                                                        groups: groups.map { ($0.identifier, AppGroup.sandboxPath(of: $0.identifier)) }),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
                                        filterFD: filterFD, devicesFolder: asRoot ? Self.devicesFolder(of: mountpoint) : nil,
-                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) })
+                                       accountFDs: accounts.map { _ in (passwdFD, groupFD) },
+                                       groups: groups.map { ($0.identifier, $0.mountpoint) })
         var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
         if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
         let pid: pid_t

@@ -1,0 +1,169 @@
+import ContainerStore
+import Foundation
+import Glibc
+import Testing
+
+/// A device folder: three app containers of one bundle, two of them (`App`, `Widget`, an app
+/// and its extension) members of `group.com.example.shared`, one (`Other`) of no group.
+final class GroupDevice {
+    static let group = "group.com.example.shared"
+    static let variable = "APP_GROUP_COM_EXAMPLE_SHARED"
+    static let inside = "/groups/group.com.example.shared"
+    let base: String
+    let device: String
+    var app: String { device + "/App" }
+    var widget: String { device + "/Widget" }
+    var other: String { device + "/Other" }
+    var groupStore: String { device + "/" + Self.group }
+
+    init() throws {
+        base = try makeTemporaryDirectory()
+        device = base + "/device"
+        let bundle = base + "/Demo.app"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: device, withIntermediateDirectories: true)
+        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        for (store, groups) in [(app, [Self.group]), (widget, [Self.group]), (other, [])] {
+            let created = try containerfs(["create", store, "--bundle", bundle] + groups.flatMap { ["--group", $0] })
+            guard created.status == 0 else { throw TestFailure("create failed: \(created)") }
+        }
+    }
+
+    /// `containerfs run STORE -- PROGRAM…` in the background.
+    func start(_ store: String, _ program: [String], options: [String] = []) throws -> BackgroundProgram {
+        try BackgroundProgram([containerfsBinary, "run", store] + options + ["--"] + program)
+    }
+
+    deinit {
+        // A run that failed may leave the group mounted: never another test's mount.
+        for mountpoint in containerMounts(of: groupStore) { _ = try? runProgram(["fusermount3", "-uz", mountpoint]) }
+        _ = try? runProgram(["rm", "-rf", base])
+    }
+}
+
+/// App Groups: group containers, membership, an app and its extension at once (docs/groups.md).
+@Suite("Groups", .serialized)
+struct GroupTests {
+    @Test func createMakesTheGroupLaidOutAsIOSDoes() throws {
+        let device = try GroupDevice()
+        var listing = try FileManager.default.contentsOfDirectory(atPath: device.groupStore).sorted()
+        #expect(listing == [".containerfs", "Library"])
+        listing = try FileManager.default.contentsOfDirectory(atPath: device.groupStore + "/Library").sorted()
+        #expect(listing == ["Caches", "Preferences"])
+        #expect(try String(contentsOfFile: device.app + "/.containerfs/groups", encoding: .utf8) == GroupDevice.group + "\n")
+        #expect(!FileManager.default.fileExists(atPath: device.other + "/.containerfs/groups"))
+        let again = try containerfs(["create-group", device.groupStore])
+        #expect(again.status == 64, "\(again)")
+        let bad = try containerfs(["create-group", device.device + "/com.example.shared"])
+        #expect(bad.status == 64 && bad.stderr.contains("group."), "\(bad)")
+        let run = try containerfs(["run", device.groupStore, "--", "true"])
+        #expect(run.status == 64 && run.stderr.contains("group container"), "\(run)")
+    }
+
+    @Test func aMemberFindsItsGroupAtTheDocumentedPathAndVariable() throws {
+        let device = try GroupDevice()
+        let script = #"printf '%s\n' "$APP_GROUP_COM_EXAMPLE_SHARED" "$APP_GROUPS"; ls -A /groups; ls -A "$APP_GROUP_COM_EXAMPLE_SHARED"; echo from-app > "$APP_GROUP_COM_EXAMPLE_SHARED/shared.txt"; mkdir "$APP_GROUP_COM_EXAMPLE_SHARED/Documents"; rmdir "$APP_GROUP_COM_EXAMPLE_SHARED/Library/Caches" 2>/dev/null || echo structure-fixed"#
+        let result = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", script])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout == "\(GroupDevice.inside)\n\(GroupDevice.group)\n\(GroupDevice.group)\nLibrary\nstructure-fixed\n", "\(result)")
+        #expect(try String(contentsOfFile: device.groupStore + "/shared.txt", encoding: .utf8) == "from-app\n")
+        #expect(containerMounts(of: device.groupStore) == [], "the last run unmounts the group")
+        #expect(containerMounts(of: device.app) == [])
+    }
+
+    @Test func aNonMemberSeesNothingOfTheGroup() throws {
+        let device = try GroupDevice()
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/secret.txt"))
+        // A member runs meanwhile, so the group is mounted on the host.
+        let member = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/member.up"; exec sleep 60"#])
+        #expect(waitForFile(device.groupStore + "/member.up"))
+        let script = #"env | grep -c APP_GROUP; ls /groups 2>&1 >/dev/null && echo listed; cat /groups/group.com.example.shared/secret.txt 2>/dev/null && echo read; ls /tmp/containerfs-group-* 2>/dev/null && echo host; cat ../*/secret.txt 2>/dev/null && echo escaped; echo end"#
+        let result = try runProgram([containerfsBinary, "run", device.other, "--", "sh", "-c", script])
+        kill(member.pid, SIGTERM)  // run passes it on, then cleans up
+        #expect(result.stdout.hasPrefix("0\n") && result.stdout.hasSuffix("end\n") && !result.stdout.contains("secret"), "\(result)")
+        #expect(!result.stdout.contains("listed") && !result.stdout.contains("read") && !result.stdout.contains("host") && !result.stdout.contains("escaped"), "\(result)")
+        #expect(member.wait().status == 128 + SIGTERM)
+        #expect(containerMounts(of: device.groupStore) == [])
+    }
+
+    /// The app and its widget at once: one mount of the group, writes seen at once, flock,
+    /// POSIX and OFD locks between them as on one disk, and a WAL database both write.
+    @Test func anAppAndItsExtensionShareTheGroupAtOnce() throws {
+        let device = try GroupDevice()
+        let script = #"""
+            import fcntl, os, sqlite3, sys, time
+            me, peer = sys.argv[1], sys.argv[2]
+            group = os.environ["APP_GROUP_COM_EXAMPLE_SHARED"]
+            def mark(name): open(os.path.join(group, name), "w").close()
+            def wait(name):
+                deadline = time.time() + 30
+                while not os.path.exists(os.path.join(group, name)):
+                    if time.time() > deadline: sys.exit("no " + name)
+                    time.sleep(0.02)
+            mark(me + ".up"); wait(peer + ".up")          # each sees the other's file at once
+            # Locks: the app holds each kind; the widget must find each taken.
+            path = os.path.join(group, "lockfile")
+            if me == "app":
+                fd = os.open(path, os.O_RDWR | os.O_CREAT)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                fd2 = os.open(path + ".posix", os.O_RDWR | os.O_CREAT); fcntl.lockf(fd2, fcntl.LOCK_EX)
+                fd3 = os.open(path + ".ofd", os.O_RDWR | os.O_CREAT)
+                fcntl.fcntl(fd3, fcntl.F_OFD_SETLK, __import__("struct").pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+                mark("app.locked"); wait("widget.tried")
+                os.close(fd); os.close(fd2); os.close(fd3)
+            else:
+                wait("app.locked")
+                taken = 0
+                fd = os.open(path, os.O_RDWR)
+                try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError: taken += 1
+                fd2 = os.open(path + ".posix", os.O_RDWR)
+                try: fcntl.lockf(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError: taken += 1
+                fd3 = os.open(path + ".ofd", os.O_RDWR)
+                try: fcntl.fcntl(fd3, fcntl.F_OFD_SETLK, __import__("struct").pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+                except OSError: taken += 1
+                print("taken", taken)
+                mark("widget.tried")
+                fcntl.flock(fd, fcntl.LOCK_EX)             # blocks until the app lets go
+                print("flock after release")
+            # Both write one WAL database at once.
+            db = sqlite3.connect(os.path.join(group, "shared.sqlite"), timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS t(who TEXT, n INTEGER, pad TEXT)")
+            for n in range(300):
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("INSERT INTO t VALUES(?, ?, ?)", (me, n, "x" * 200))
+                db.execute("COMMIT")
+                if n % 50 == 0: db.execute("SELECT count(*) FROM t").fetchone()
+            db.close()
+            print("done")
+            """#
+        let app = try device.start(device.app, ["python3", "-c", script, "app", "widget"])
+        let widget = try device.start(device.widget, ["python3", "-c", script, "widget", "app"])
+        #expect(waitForFile(device.groupStore + "/app.up") && waitForFile(device.groupStore + "/widget.up"))
+        #expect(containerMounts(of: device.groupStore).count == 1, "one mount of the group for both runs")
+        let appResult = app.wait(seconds: 120), widgetResult = widget.wait(seconds: 120)
+        #expect(appResult.status == 0 && appResult.stdout == "done\n", "\(appResult)")
+        #expect(widgetResult.status == 0 && widgetResult.stdout == "taken 3\nflock after release\ndone\n", "\(widgetResult)")
+        let check = try runProgram([containerfsBinary, "run", device.widget, "--", "sqlite3", GroupDevice.inside + "/shared.sqlite",
+                                    "PRAGMA integrity_check; SELECT who, count(*) FROM t GROUP BY who ORDER BY who;"])
+        #expect(check.stdout == "ok\napp|300\nwidget|300\n", "\(check)")
+        #expect(containerMounts(of: device.groupStore) == [], "the last run unmounts the group")
+    }
+
+    @Test func aMissingOrForeignGroupIsOneLine() throws {
+        let device = try GroupDevice()
+        _ = try runProgram(["rm", "-rf", device.groupStore])
+        let result = try runProgram([containerfsBinary, "run", device.app, "--", "true"])
+        #expect(result.status == 1 && result.stderr.contains("create-group") && result.stderr.split(separator: "\n").count == 1, "\(result)")
+        let update = try containerfs(["update", device.app, "--bundle", device.base + "/Demo.app", "--group", GroupDevice.group, "--group", "group.b"])
+        #expect(update.status == 0, "\(update)")
+        #expect(FileManager.default.fileExists(atPath: device.groupStore + "/Library/Caches"))
+        #expect(FileManager.default.fileExists(atPath: device.device + "/group.b/Library/Preferences"))
+        let both = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", "echo $APP_GROUPS; ls /groups"])
+        #expect(both.stdout == "\(GroupDevice.group):group.b\ngroup.b\n\(GroupDevice.group)\n", "\(both)")
+        let clash = try containerfs(["create", device.device + "/X", "--bundle", device.base + "/Demo.app", "--group", "group.a-b", "--group", "group.a.b"])
+        #expect(clash.status == 64, "\(clash)")
+    }
+}
