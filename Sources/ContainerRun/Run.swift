@@ -28,6 +28,12 @@ public struct Run {
     public var locked = false
     /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
     public var launches: Launches?
+    /// Suspend the program this long after each launch starts (`--suspend-after`, docs/groups.md):
+    /// killed with 0xdead10cc if it holds a lock on a shared group's file then, else
+    /// resumed `resumeAfter` seconds later. Confined runs only.
+    public var suspendAfter: Double?
+    /// How long a program suspended by `suspendAfter` stays suspended.
+    public var resumeAfter: Double = 1
     /// Called when each launch's program has exited, before the unmount purges `tmp/`: what
     /// `run --check` looks at (ContainerCheck).
     public var atProgramExit: ((ProgramExit) -> Void)?
@@ -106,7 +112,7 @@ public struct Run {
 
         let sharesTerminal = isatty(0) == 1 || isatty(1) == 1 || isatty(2) == 1
         if let sandbox {
-            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, groups: groups)
+            let ended = try runConfined(sandbox, opened, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, groups: groups)
             status = ended
             return ended
         }
@@ -122,7 +128,7 @@ public struct Run {
 
     /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
     /// is the program's, 128+N for a signal).
-    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay,
+    private func runConfined(_ sandbox: Sandbox, _ store: Store, mountpoint: String, newSession: Bool, relay: SignalRelay,
                              groups: [GroupMount]) throws(UserError) -> Int32 {
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
@@ -169,14 +175,29 @@ public struct Run {
         let text = String(decoding: readAll(info[0]), as: UTF8.self)
         close(info[0])
         var watchdog: SandboxWatchdog?
+        var suspender: SuspensionTimer?
+        SandboxRecord.clear(store)
+        defer { SandboxRecord.clear(store) }
+        let groupMounts = groups.map { (identifier: $0.identifier, mountpoint: $0.mountpoint) }
         if let data = text.data(using: .utf8),
            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
            let initPID = (object["child-pid"] as? NSNumber)?.int32Value {
+            // For `containerfs suspend` and `resume` (Suspension.swift).
+            SandboxRecord.write(store, initPID: initPID, groups: groupMounts)
             relay.attach(.sandbox(initPID: initPID, sharesTerminal: !newSession))
             watchdog = SandboxWatchdog(initPID: initPID)
+            if let suspendAfter {
+                suspender = SuspensionTimer(after: suspendAfter, resumeAfter: resumeAfter, initPID: initPID, store: store, groups: groupMounts)
+            }
         }
         let status = waitForExit(pid)
+        suspender?.stop()
         watchdog?.stop()
+        // Killed at suspension for a shared lock (here or by `containerfs suspend`): one line, its own status.
+        if let line = SandboxRecord.termination(store) {
+            FileHandleOutput.standardError.write("containerfs: \(line)\n")
+            return SuspensionRule.exitStatus
+        }
         if let ended = watchdog?.statusOfEndedProgram {
             warn("the sandbox went on after the program ended (its init stopped, a child left behind): ended it")
             return ended ?? status

@@ -166,4 +166,56 @@ struct GroupTests {
         let clash = try containerfs(["create", device.device + "/X", "--bundle", device.base + "/Demo.app", "--group", "group.a-b", "--group", "group.a.b"])
         #expect(clash.status == 64, "\(clash)")
     }
+
+    // MARK: Suspension and 0xdead10cc
+
+    /// sqlite3 inside a write transaction on a database in the group when the app is
+    /// suspended: killed, one line naming the file and the code, status 204.
+    @Test func sqliteHoldingAWriteTransactionInTheGroupIsKilledAtSuspension() throws {
+        let device = try GroupDevice()
+        let program = #"(printf 'CREATE TABLE t(x);\nBEGIN IMMEDIATE;\nINSERT INTO t VALUES(1);\n'; sleep 20; printf 'COMMIT;\n') | sqlite3 "$APP_GROUP_COM_EXAMPLE_SHARED/shared.sqlite"; echo not-killed"#
+        let started = Date()
+        let result = try runProgram([containerfsBinary, "run", device.app, "--suspend-after", "1s", "--", "sh", "-c", program])
+        #expect(result.status == 204, "\(result)")
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].contains("0xdead10cc") && lines[0].contains(GroupDevice.inside + "/shared.sqlite"), "\(result)")
+        #expect(!result.stdout.contains("not-killed"))
+        #expect(Date().timeIntervalSince(started) < 15, "killed at suspension, not at the end")
+        #expect(containerMounts(of: device.groupStore) == [] && containerMounts(of: device.app) == [])
+    }
+
+    /// The same program committing before the suspension survives it and ends normally;
+    /// so does one holding a lock only in its own container.
+    @Test func aProgramHoldingNoSharedLockSurvivesSuspension() throws {
+        let device = try GroupDevice()
+        let committed = #"printf 'CREATE TABLE t(x);\nBEGIN IMMEDIATE;\nINSERT INTO t VALUES(1);\nCOMMIT;\n' | sqlite3 "$APP_GROUP_COM_EXAMPLE_SHARED/shared.sqlite"; flock Documents/own.lock sleep 2; echo survived"#
+        let result = try runProgram([containerfsBinary, "run", device.app, "--suspend-after", "0.5s", "--resume-after", "0.5s", "--", "sh", "-c", committed])
+        #expect(result.status == 0 && result.stdout == "survived\n", "\(result)")
+        #expect(result.stderr.contains("suspended the program") && !result.stderr.contains("0xdead10cc"), "\(result)")
+        let rows = try runProgram(["sqlite3", device.groupStore + "/shared.sqlite", "SELECT count(*) FROM t"])
+        #expect(rows.stdout == "1\n")
+    }
+
+    /// `containerfs suspend` and `resume` from another shell, with the widget running meanwhile.
+    @Test func suspendAndResumeCommands() throws {
+        let device = try GroupDevice()
+        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/app.up"; sleep 2; echo resumed"#])
+        #expect(waitForFile(device.groupStore + "/app.up"))
+        let suspended = try containerfs(["suspend", device.app])
+        #expect(suspended.status == 0 && suspended.stdout.contains("suspended"), "\(suspended)")
+        let states = try runProgram(["sh", "-c", "for p in $(pgrep -u _containerfs -xf 'sleep 2'); do ps -o stat= -p $p; done"])
+        #expect(states.stdout.contains("T"), "stopped: \(states)")
+        #expect(try containerfs(["resume", device.app]).status == 0)
+        let result = app.wait()
+        #expect(result.status == 0 && result.stdout == "resumed\n", "\(result)")
+
+        let widget = try device.start(device.widget, ["sh", "-c", #"exec flock "$APP_GROUP_COM_EXAMPLE_SHARED/g.lock" sh -c 'touch "$APP_GROUP_COM_EXAMPLE_SHARED/locked"; sleep 30'"#])
+        #expect(waitForFile(device.groupStore + "/locked"))
+        let killed = try containerfs(["suspend", device.widget])
+        #expect(killed.stdout.contains("0xdead10cc") && killed.stdout.contains(GroupDevice.inside + "/g.lock"), "\(killed)")
+        let ended = widget.wait()
+        #expect(ended.status == 204 && ended.stderr.contains("0xdead10cc"), "\(ended)")
+        let none = try containerfs(["suspend", device.widget])
+        #expect(none.status == 1 && none.stderr.contains("no program runs"), "\(none)")
+    }
 }
