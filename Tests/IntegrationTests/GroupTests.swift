@@ -218,4 +218,45 @@ struct GroupTests {
         let none = try containerfs(["suspend", device.widget])
         #expect(none.status == 1 && none.stderr.contains("no program runs"), "\(none)")
     }
+
+    // MARK: One device
+
+    /// Locking the app's device locks its group: a complete file there becomes unreadable
+    /// to the running app at once; unlocking the device folder brings it back.
+    @Test func theDeviceLockActsOnTheGroup() throws {
+        let device = try GroupDevice()
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/secret.txt"))
+        #expect(try containerfs(["protect", device.groupStore + "/secret.txt", "--class", "complete"]).status == 0)
+        let program = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; cat $G/secret.txt; touch $G/up; while cat $G/secret.txt >/dev/null 2>&1; do sleep 0.05; done; echo locked-out; touch $G/denied; while ! cat $G/secret.txt 2>/dev/null; do sleep 0.05; done"#
+        let app = try device.start(device.app, ["sh", "-c", program])
+        #expect(waitForFile(device.groupStore + "/up"))
+        let locked = try containerfs(["lock", device.app])
+        #expect(locked.status == 0 && locked.stdout.contains(device.groupStore + ": locked"), "\(locked)")
+        #expect(waitForFile(device.groupStore + "/denied"))
+        let unlocked = try containerfs(["unlock", device.device])
+        #expect(unlocked.status == 0 && unlocked.stdout.contains(device.groupStore + ": unlocked") && unlocked.stdout.contains(device.app + ": unlocked"), "\(unlocked)")
+        let result = app.wait()
+        #expect(result.status == 0 && result.stdout == "secret\nlocked-out\nsecret\n", "\(result)")
+        let audit = try containerfs(["audit", device.groupStore])
+        #expect(audit.stdout.contains("protectedDataUnavailable"), "\(audit)")
+    }
+
+    /// Purge and usage take the device: the group's caches go with the apps'; a group with a
+    /// capacity is a full disk to every member.
+    @Test func purgeUsageAndCapacityReachTheGroup() throws {
+        let device = try GroupDevice()
+        try Data(count: 4096).write(to: URL(fileURLWithPath: device.groupStore + "/Library/Caches/thumb.png"))
+        try Data(count: 4096).write(to: URL(fileURLWithPath: device.app + "/Library/Caches/app.bin"))
+        try Data("keep\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/Library/keep.plist"))
+        let usage = try containerfs(["usage", device.device, "--json"])
+        #expect(usage.status == 0 && usage.stdout.contains(device.groupStore), "\(usage)")
+        let purged = try containerfs(["purge", device.app, "--caches", "--all"])
+        #expect(purged.status == 0, "\(purged)")
+        #expect(!FileManager.default.fileExists(atPath: device.groupStore + "/Library/Caches/thumb.png"), "\(purged)")
+        #expect(!FileManager.default.fileExists(atPath: device.app + "/Library/Caches/app.bin"))
+        #expect(FileManager.default.fileExists(atPath: device.groupStore + "/Library/keep.plist"))
+        #expect(try containerfs(["capacity", device.groupStore, "1M"]).status == 0)
+        let full = try runProgram([containerfsBinary, "run", device.widget, "--", "sh", "-c", #"dd if=/dev/zero of="$APP_GROUP_COM_EXAMPLE_SHARED/big" bs=64k count=64 2>&1; df -k "$APP_GROUP_COM_EXAMPLE_SHARED" | tail -1"#])
+        #expect(full.stdout.contains("No space left on device"), "\(full)")
+    }
 }

@@ -1,0 +1,65 @@
+import CLinux
+import ContainerPolicy
+import Glibc
+
+/// A device (SPEC §15, docs/groups.md): the folder that holds app containers and the group
+/// containers they belong to. A single store is a one-app device, with its groups.
+public enum Device {
+    /// The stores a command naming `path` acts on as one device:
+    /// - a store: that store, and for an app container the group containers it belongs
+    ///   to that exist beside it (its groups share its device);
+    /// - a folder that is not a store (a device folder): every container store directly in
+    ///   it, apps and groups, by name; entries that are not stores are passed over.
+    /// `withGroups`: false to take a store alone (a device folder is expanded either way).
+    public static func stores(_ path: String, changing: Bool = false, withGroups: Bool = true) throws(UserError) -> [Store] {
+        let rootFD = Glibc.open(path, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
+        guard rootFD >= 0 else {
+            if errno == ENOENT { throw UserError("no store or device folder at \(path): name a container store or the folder that holds them") }
+            throw UserError("cannot open \(path): \(Errno.current)")
+        }
+        var info = stat()
+        let isStore = withCName(ContainerLayout.stateFolderName) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+        close(rootFD)
+        if isStore {
+            let store = try Store.open(path, changing: changing)
+            var stores = [store]
+            guard withGroups else { return stores }
+            for group in try store.memberGroups() {
+                if let member = try? Store.open(store.groupPath(group), changing: changing), member.groupIdentifier == group {
+                    stores.append(member)
+                }
+            }
+            return stores
+        }
+        let folderFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folderFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        defer { close(folderFD) }
+        let names = ((try? Directory.entries(of: folderFD)) ?? []).map(\.name)
+            .filter { $0.first != UInt8(ascii: ".") }
+            .sorted { $0.lexicographicallyPrecedes($1) }
+        let base = path.hasSuffix("/") ? path : path + "/"
+        let stores = names.compactMap { name in
+            try? Store.open(at: folderFD, name, path: base + String(decoding: name, as: UTF8.self), changing: changing)
+        }
+        guard !stores.isEmpty else {
+            throw UserError("\(path) is neither a container store nor a device folder holding any: name a store or the folder of its containers")
+        }
+        return stores
+    }
+}
+
+extension Device {
+    /// `stores` of each path, each store once (by its device and inode), in order.
+    public static func stores(_ paths: [String], changing: Bool = false, withGroups: Bool = true) throws(UserError) -> [Store] {
+        var seen: Set<[UInt64]> = []
+        var result: [Store] = []
+        for path in paths {
+            for store in try stores(path, changing: changing, withGroups: withGroups) {
+                var info = stat()
+                guard fstat(store.rootFD, &info) == 0 else { continue }
+                if seen.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted { result.append(store) }
+            }
+        }
+        return result
+    }
+}
