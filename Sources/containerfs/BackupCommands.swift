@@ -43,6 +43,10 @@ struct BackupCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let opened = try Store.open(store, changing: false)
+            // A group's backup set starts at its root, which an app's archive cannot hold yet.
+            if let group = opened.groupIdentifier {
+                throw UserError("\(store) is the group container of \(group): backing up a group container is not supported yet (docs/groups.md); copy it with its members stopped")
+            }
             let set = try BackupSet.scan(opened)
             if list {
                 printList(set)
