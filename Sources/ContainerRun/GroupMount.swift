@@ -59,13 +59,8 @@ public final class GroupMount {
     /// The group `identifier` of `app`, mounted.
     static func acquire(_ identifier: String, for app: Store, appUser: HostAppUser?, locked: Bool) throws(UserError) -> GroupMount {
         let path = app.groupPath(identifier)
-        var info = stat()
-        guard lstat(path, &info) == 0 else {
+        guard let group = try app.openGroup(identifier) else {
             throw UserError("\(app.path) belongs to \(identifier), but there is no group container at \(path): make it with 'containerfs create-group \(path)'")
-        }
-        let group = try Store.open(path, changing: false)
-        guard group.groupIdentifier == identifier else {
-            throw UserError("\(path) is not the group container of \(identifier): move it away and make the group with 'containerfs create-group \(path)'")
         }
         let mutex = try lockFile(group, mountLockName)
         defer { close(mutex) }
@@ -86,7 +81,8 @@ public final class GroupMount {
             if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
             let daemon: pid_t
             do throws(UserError) {
-                daemon = try MountDaemon.start(store: path, mountpoint: mountpoint, options: options)
+                // The daemon opens the store again by path: the one just opened, by its real path.
+                daemon = try MountDaemon.start(store: group.resolvedPath, mountpoint: mountpoint, options: options)
             } catch {
                 removeMountpoint(mountpoint)
                 throw error

@@ -118,6 +118,41 @@ extension Store {
         return lines
     }
 
+    /// Opens the group container `identifier` beside this app's store, fd-relative: from
+    /// the store's root through `..`, then the identifier with `O_NOFOLLOW`, so a symlink
+    /// planted in the device folder leads nowhere. It must be the group named so and have
+    /// the app store's owner. nil when there is none; an error when something else is there.
+    public func openGroup(_ identifier: String, changing: Bool = false) throws(UserError) -> Store? {
+        let path = groupPath(identifier)
+        guard AppGroup.problem(with: identifier) == nil else { throw UserError("\(path): \(identifier) is not a group identifier") }
+        let parentFD = withCName(Array("..".utf8)) { openat(rootFD, $0, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC) }
+        guard parentFD >= 0 else { throw UserError("cannot open the device folder of \(self.path): \(Errno.current)") }
+        defer { close(parentFD) }
+        var info = stat()
+        guard withCName(Array(identifier.utf8), { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+            if errno == ENOENT { return nil }
+            throw UserError("cannot reach the group container \(path): \(Errno.current)")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw UserError("\(path) is not a folder (a symlink, a file): a group container is a real folder beside its apps; move it away")
+        }
+        let group = try Self.open(at: parentFD, Array(identifier.utf8), path: path, changing: changing)
+        var mine = stat(), theirs = stat()
+        guard group.groupIdentifier == identifier else {
+            throw UserError("\(path) is not the group container of \(identifier): move it away and make the group with 'containerfs create-group \(path)'")
+        }
+        guard fstat(rootFD, &mine) == 0, fstat(group.rootFD, &theirs) == 0, mine.st_uid == theirs.st_uid else {
+            throw UserError("the group container \(path) belongs to another user than \(self.path): a group is shared only by its owner's apps")
+        }
+        return group
+    }
+
+    /// The real path of this store's root, with no symlink in it (from its descriptor):
+    /// what is handed to a daemon that opens the store again by path.
+    public var resolvedPath: String {
+        (try? readLinkTarget("/proc/self/fd/\(rootFD)")) ?? path
+    }
+
     /// The path of the group container `identifier` on this app's device: beside this store.
     public func groupPath(_ identifier: String) -> String {
         Self.groupPath(identifier, besideStore: path)
@@ -133,16 +168,10 @@ extension Store {
     /// as installing a member app makes its groups on iOS; returns those made.
     public static func createMissingGroups(_ identifiers: [String], besideStore storePath: String) throws(UserError) -> [String] {
         var made: [String] = []
+        let app = try open(storePath, changing: false)
         for identifier in identifiers {
+            if try app.openGroup(identifier) != nil { continue }
             let path = groupPath(identifier, besideStore: storePath)
-            var info = stat()
-            if lstat(path, &info) == 0 {
-                let group = try open(path, changing: false)
-                guard group.groupIdentifier == identifier else {
-                    throw UserError("\(path) is not the group container of \(identifier): move it away; a group's container is named by its identifier beside its apps")
-                }
-                continue
-            }
             _ = try createGroup(at: path)
             made.append(path)
         }
@@ -157,4 +186,12 @@ extension Store {
         guard let group = groupIdentifier else { return }
         throw UserError.usage("\(path) is the group container of \(group), which has no app: \(command) needs an app's container (a member reaches the group through its own 'containerfs run')")
     }
+}
+
+/// The target of the symlink at `path` (a /proc magic link here).
+private func readLinkTarget(_ path: String) throws(Errno) -> String {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = readlink(path, &buffer, buffer.count - 1)
+    guard count > 0 else { throw Errno.current }
+    return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

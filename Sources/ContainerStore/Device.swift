@@ -25,9 +25,7 @@ public enum Device {
             var stores = [store]
             guard withGroups else { return stores }
             for group in try store.memberGroups() {
-                if let member = try? Store.open(store.groupPath(group), changing: changing), member.groupIdentifier == group {
-                    stores.append(member)
-                }
+                if let member = try? store.openGroup(group, changing: changing) { stores.append(member) }
             }
             return stores
         }

@@ -163,6 +163,15 @@ struct GroupTests {
         #expect(FileManager.default.fileExists(atPath: device.device + "/group.b/Library/Preferences"))
         let both = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", "echo $APP_GROUPS; ls /groups"])
         #expect(both.stdout == "\(GroupDevice.group):group.b\ngroup.b\n\(GroupDevice.group)\n", "\(both)")
+        // A symlink in the device folder in place of the group leads nowhere.
+        let elsewhere = device.base + "/elsewhere"
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        #expect(try containerfs(["create-group", elsewhere + "/" + GroupDevice.group]).status == 0)
+        _ = try runProgram(["rm", "-rf", device.groupStore])
+        try FileManager.default.createSymbolicLink(atPath: device.groupStore, withDestinationPath: elsewhere + "/" + GroupDevice.group)
+        let planted = try runProgram([containerfsBinary, "run", device.app, "--", "true"])
+        #expect(planted.status == 1 && planted.stderr.contains("not a folder") && planted.stderr.split(separator: "\n").count == 1, "\(planted)")
+        #expect(containerMounts(of: elsewhere + "/" + GroupDevice.group) == [])
         let clash = try containerfs(["create", device.device + "/X", "--bundle", device.base + "/Demo.app", "--group", "group.a-b", "--group", "group.a.b"])
         #expect(clash.status == 64, "\(clash)")
     }
