@@ -34,14 +34,31 @@ extension Store {
             throw UserError.usage("\(path) already exists: the group container is there already, or choose another folder")
         }
         StagingName.removeAbandoned(in: parentFD, beside: leaf, "creating")
+        let (staging, lock) = try buildGroupAsideHeld(in: parentFD, leaf, "creating", path: path, configure: configure)
+        defer { close(lock) }
+        do {
+            try withCName(staging) { (from) throws(Errno) in
+                try withCName(leaf) { (to) throws(Errno) in _ = try sys { clinux_renameat2(parentFD, from, parentFD, to, clinux_RENAME_NOREPLACE) } }
+            }
+        } catch {
+            removeTree(at: parentFD, staging)
+            throw UserError("cannot create \(path): \(error)")
+        }
+        return try open(path)
+    }
+
+    /// Builds a whole empty group container `leaf` (its identifier) in a new hidden folder
+    /// of `parentFD`, as `buildAsideHeld` builds an app's: returns its name and the lock
+    /// that keeps it from being taken for abandoned; a failure leaves nothing behind.
+    public static func buildGroupAsideHeld(in parentFD: Int32, _ leaf: [UInt8], _ purpose: String, path: String,
+                                           configure: ((_ rootFD: Int32, _ stateFD: Int32) throws -> Void)? = nil) throws(UserError) -> (name: [UInt8], lock: Int32) {
         let staging: [UInt8]
         let lock: Int32
         do {
-            (staging, lock) = try StagingName.createHeld(in: parentFD, beside: leaf, "creating", folder: true, mode: 0o700)
+            (staging, lock) = try StagingName.createHeld(in: parentFD, beside: leaf, purpose, folder: true, mode: 0o700)
         } catch {
             throw UserError("cannot create \(path): \(error)")
         }
-        defer { close(lock) }
         do {
             let rootFD = try openDirectory(at: parentFD, staging)
             defer { close(rootFD) }
@@ -59,15 +76,13 @@ extension Store {
             try configure?(rootFD, stateFD)
             // The marker goes last: a store without it is never opened.
             try writeNewFile(at: stateFD, formatName, formatContents)
-            try withCName(staging) { (from) throws(Errno) in
-                try withCName(leaf) { (to) throws(Errno) in _ = try sys { clinux_renameat2(parentFD, from, parentFD, to, clinux_RENAME_NOREPLACE) } }
-            }
         } catch {
             removeTree(at: parentFD, staging)
+            close(lock)
             if let error = error as? UserError { throw error }
             throw UserError("cannot create \(path): \(error)")
         }
-        return try open(path)
+        return (staging, lock)
     }
 
     /// Checks a list of group identifiers given on the command line: each valid, none

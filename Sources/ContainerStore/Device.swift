@@ -8,15 +8,14 @@ public enum Device {
     /// The stores a command naming `path` acts on as one device:
     /// - a store: that store, and for an app container the group containers it belongs
     ///   to that exist beside it (its groups share its device);
-    /// - a folder that is not a store (a device folder): every container store directly in
-    ///   it, apps and groups, by name; entries that are not stores are passed over.
+    /// - a device folder (not a store, holding at least one group container): every
+    ///   container store directly in it, apps and groups, by name; entries that are not
+    ///   stores are passed over. Any other folder is refused as no store, as before.
     /// `withGroups`: false to take a store alone (a device folder is expanded either way).
     public static func stores(_ path: String, changing: Bool = false, withGroups: Bool = true) throws(UserError) -> [Store] {
         let rootFD = Glibc.open(path, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
-        guard rootFD >= 0 else {
-            if errno == ENOENT { throw UserError("no store or device folder at \(path): name a container store or the folder that holds them") }
-            throw UserError("cannot open \(path): \(Errno.current)")
-        }
+        // Not a folder: the store's own one line (no store at PATH…).
+        guard rootFD >= 0 else { return [try Store.open(path, changing: changing)] }
         var info = stat()
         let isStore = withCName(ContainerLayout.stateFolderName) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
         close(rootFD)
@@ -39,9 +38,8 @@ public enum Device {
         let stores = names.compactMap { name in
             try? Store.open(at: folderFD, name, path: base + String(decoding: name, as: UTF8.self), changing: changing)
         }
-        guard !stores.isEmpty else {
-            throw UserError("\(path) is neither a container store nor a device folder holding any: name a store or the folder of its containers")
-        }
+        // A device folder holds a group container; any other folder is no store, as before.
+        guard stores.contains(where: { $0.layout.isGroup }) else { return [try Store.open(path, changing: changing)] }
         return stores
     }
 }
