@@ -114,6 +114,11 @@ extension Store {
         }
     }
 
+    /// Records `identifiers` as this app container's groups (`writeMembership`).
+    public func recordMembership(_ identifiers: [String]) throws(Errno) {
+        try withExtendedLifetime(self) { () throws(Errno) in try Self.writeMembership(identifiers, stateFD: stateFD) }
+    }
+
     /// The groups this app container belongs to (none for a group container, or an app
     /// made without `--group`). A list that does not parse is one clear line, never read
     /// as fewer groups.

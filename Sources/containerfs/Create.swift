@@ -77,8 +77,8 @@ struct CreateGroup: ParsableCommand {
             made in the same folder with '--group ID' is a member, and its 'containerfs run' \
             shows the group at /groups/ID. 'create --group' makes a missing group by itself; \
             this command makes one ahead, with its own protection class or capacity. The group \
-            container is mounted, purged, protected, excluded and locked with the same commands \
-            as an app's (backup of a group is not supported yet). See docs/groups.md.
+            container is mounted, purged, protected, excluded, locked and backed up with the same commands \
+            as an app's; backup writes its root down, and restore ARCHIVE DEVICE/ID (no --bundle) makes it again. See docs/groups.md.
 
               containerfs create-group device/group.com.example.shared
             """)

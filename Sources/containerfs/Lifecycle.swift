@@ -39,7 +39,7 @@ struct Update: ParsableCommand {
             let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key)
             if !group.isEmpty {
                 let opened = try Store.open(store)
-                do { try Store.writeMembership(groups, stateFD: opened.stateFD) } catch {
+                do { try opened.recordMembership(groups) } catch {
                     throw UserError("updated \(store), but could not record its groups: \(error); run the update again")
                 }
                 for made in try Store.createMissingGroups(groups, besideStore: store) {

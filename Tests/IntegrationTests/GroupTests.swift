@@ -268,4 +268,27 @@ struct GroupTests {
         let full = try runProgram([containerfsBinary, "run", device.widget, "--", "sh", "-c", #"dd if=/dev/zero of="$APP_GROUP_COM_EXAMPLE_SHARED/big" bs=64k count=64 2>&1; df -k "$APP_GROUP_COM_EXAMPLE_SHARED" | tail -1"#])
         #expect(full.stdout.contains("No space left on device"), "\(full)")
     }
+
+    /// A group's backup holds its root and Library but not its caches; restored without a
+    /// bundle beside its apps, members find it whole; an app's archive is not a group's.
+    @Test func backupAndRestoreOfTheGroupKeepItWhole() throws {
+        let device = try GroupDevice()
+        let write = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; sqlite3 $G/shared.sqlite 'PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1),(2),(3);' >/dev/null; echo pref > $G/Library/Preferences/group.plist; echo cache > $G/Library/Caches/c.bin"#
+        #expect(try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", write]).status == 0)
+        let archive = device.base + "/group.tar", appArchive = device.base + "/app.tar"
+        let listed = try containerfs(["backup", device.groupStore, "--list"])
+        #expect(listed.stdout.contains("shared.sqlite") && listed.stdout.contains("Library/Preferences/group.plist") && !listed.stdout.contains("c.bin"), "\(listed)")
+        #expect(try containerfs(["backup", device.groupStore, archive]).status == 0)
+        #expect(try containerfs(["backup", device.app, appArchive]).status == 0)
+        let restoredDevice = device.base + "/restored"
+        try FileManager.default.createDirectory(atPath: restoredDevice, withIntermediateDirectories: true)
+        let wrong = try containerfs(["restore", appArchive, restoredDevice + "/" + GroupDevice.group])
+        #expect(wrong.status == 64, "\(wrong)")
+        let restored = try containerfs(["restore", archive, restoredDevice + "/" + GroupDevice.group])
+        #expect(restored.status == 0, "\(restored)")
+        #expect(try containerfs(["restore", appArchive, restoredDevice + "/App", "--bundle", device.base + "/Demo.app", "--group", GroupDevice.group]).status == 0)
+        let check = try runProgram([containerfsBinary, "run", restoredDevice + "/App", "--", "sh", "-c",
+                                    #"G=$APP_GROUP_COM_EXAMPLE_SHARED; sqlite3 $G/shared.sqlite 'PRAGMA integrity_check; SELECT count(*) FROM t;'; cat $G/Library/Preferences/group.plist; ls $G/Library/Caches"#])
+        #expect(check.status == 0 && check.stdout == "ok\n3\npref\n", "\(check)")
+    }
 }
