@@ -125,7 +125,7 @@ struct BackupWriter {
             backgroundHasher.drain()
             buffers.forEach { $0.deallocate() }
         }
-        let manifestHeader = BackupManifest(bundleName: store.layout.bundleName, bundleManifestDigest: BundleSignature.manifestDigest(of: store), records: []).header
+        let manifestHeader = BackupManifest(bundleName: store.layout.groupIdentifier ?? store.layout.bundleName, bundleManifestDigest: BundleSignature.manifestDigest(of: store), records: []).header
         manifestRoom = reservedRoom(manifestHeader)
         let now = currentTime()
         try writer.writeHeader(ArchiveEntryHeader(

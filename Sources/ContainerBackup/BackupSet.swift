@@ -44,6 +44,15 @@ public struct BackupSet: Sendable {
         var set = BackupSet()
         var seen: [InodeIdentity: ContainerPath] = [:]
         do {
+            // A group's set starts at its root, which its members write (docs/groups.md):
+            // everything but the state folder and Library/Caches; the root itself is no item.
+            if store.layout.isGroup {
+                let fd = try sys { openat(store.rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+                defer { close(fd) }
+                try set.walk(fd, path: ContainerPath(components: []), location: .root, layout: store.layout, seen: &seen)
+                set.items.removeAll { $0.path.components.isEmpty }
+                return set
+            }
             for directory in [StandardDirectory.documents, .library] {
                 let name = directory.path.bytes
                 let fd = try withCName(name) { (cname) throws(Errno) in

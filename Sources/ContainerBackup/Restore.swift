@@ -31,7 +31,7 @@ public enum Restore {
 
     /// Restores `archivePath` into a new container at `storePath`, installing the bundle
     /// at `bundlePath` as `create` does (signed with `installerKey`, when given).
-    public static func restore(archive archivePath: String, to storePath: String, bundle bundlePath: String,
+    public static func restore(archive archivePath: String, to storePath: String, bundle bundlePath: String?,
                                installerKey: InstallerKey? = nil,
                                progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
         let fd = Glibc.open(archivePath, O_RDONLY | O_CLOEXEC)
@@ -47,10 +47,16 @@ public enum Restore {
 
     /// Restores the archive read from `input` (`size` bytes, for the progress; `archivePath`
     /// names it in messages).
-    static func restore(_ input: ArchiveInput, size: Int64, named archivePath: String, to storePath: String, bundle bundlePath: String,
+    static func restore(_ input: ArchiveInput, size: Int64, named archivePath: String, to storePath: String, bundle bundlePath: String?,
                         installerKey: InstallerKey?, progress: ((Int64, Int64) -> Void)?) throws(UserError) -> RestoreSummary {
-        let bundleName = try checkBundle(bundlePath)
         let (parentPath, leaf) = Store.splitParent(storePath)
+        // No bundle: the target is a group container, named by its identifier (docs/groups.md).
+        let isGroup = bundlePath == nil
+        if isGroup, let problem = AppGroup.problem(with: String(decoding: leaf, as: UTF8.self)) {
+            throw UserError.usage("restore \(storePath) without --bundle makes a group container, named by its identifier: \(problem); for an app's, name its bundle with --bundle")
+        }
+        var bundleName = leaf
+        if let bundlePath { bundleName = try checkBundle(bundlePath) }
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
             throw UserError("cannot restore into \(storePath): its parent folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
@@ -60,8 +66,13 @@ public enum Restore {
 
         // What an earlier restore to this path left when it was killed goes first.
         StagingName.removeAbandoned(in: parentFD, beside: leaf, "restoring")
-        let (staging, lock) = try Store.buildAsideHeld(in: parentFD, beside: leaf, "restoring", bundle: bundlePath,
+        let staging: [UInt8], lock: Int32
+        if let bundlePath {
+            (staging, lock) = try Store.buildAsideHeld(in: parentFD, beside: leaf, "restoring", bundle: bundlePath,
                                                        seal: Store.seal(installerKey), path: storePath)
+        } else {
+            (staging, lock) = try Store.buildGroupAsideHeld(in: parentFD, leaf, "restoring", path: storePath)
+        }
         defer { close(lock) }
         var summary = RestoreSummary()
         do {
@@ -81,7 +92,7 @@ public enum Restore {
             switch error {
             case let error as UserError: throw error
             case let other as AnotherApp:
-                throw UserError.usage("\(archivePath) is a backup of \(ContainerPath.printable(other.bundleName)), not \(ContainerPath.printable(bundleName)): name that app's bundle with --bundle; nothing was written")
+                throw UserError.usage("\(archivePath) is a backup of \(ContainerPath.printable(other.bundleName)), not \(ContainerPath.printable(bundleName)): name that app's bundle with --bundle (a group's archive restores to DEVICE/ID, without --bundle); nothing was written")
             case let refusal as Refusal: throw UserError("refused \(archivePath): \(refusal.reason); nothing was written")
             case let failure as ArchiveFailure:
                 if let source = failure.source { throw UserError("\(source.message); nothing was written", exitCode: source.exitCode) }
@@ -177,7 +188,7 @@ private struct ArchivePass {
         manifestBytes.reserveCapacity(Int(first.size))
         try reader.readData { manifestBytes += $0 }
         guard var manifest = BackupManifest.RecordReader(manifestBytes) else { throw Refusal("its manifest is malformed") }
-        guard manifest.bundleName == layout.bundleName else { throw AnotherApp(bundleName: manifest.bundleName) }
+        guard manifest.bundleName == (layout.groupIdentifier ?? layout.bundleName) else { throw AnotherApp(bundleName: manifest.bundleName) }
 
         // Each entry with the manifest's next record, parsed as it is needed.
         while var entry = try reader.next() {

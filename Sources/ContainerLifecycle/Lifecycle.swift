@@ -33,6 +33,7 @@ public enum Lifecycle {
     public static func update(store path: String, bundle bundlePath: String, keyPath: String?) throws(UserError) -> UpdateSummary {
         let newName = try Store.checkBundle(bundlePath)
         let store = try Store.open(path)
+        try refuseGroup(store, "update")
         let key = try InstallerKey.load(at: keyPath)
         let hold = try Hold(store, doing: "update")
         let oldName = store.layout.bundleName
@@ -95,6 +96,7 @@ public enum Lifecycle {
     /// then removes its bundle; the data stays. Refused while it is mounted or running.
     public static func offload(store path: String) throws(UserError) -> OffloadRecord {
         let store = try Store.open(path)
+        try refuseGroup(store, "offload")
         if store.offloaded != nil {
             throw UserError(
                 "the app \(ContainerPath.printable(store.layout.bundleName)) of \(path) is offloaded already: reinstall it with 'containerfs update \(path) --bundle PATH/\(ContainerPath.printable(store.layout.bundleName))'"
@@ -143,4 +145,10 @@ extension String {
     fileprivate func leftPadded(_ width: Int) -> String {
         String(repeating: "0", count: max(0, width - count)) + self
     }
+}
+
+/// A group container has no app to update or offload.
+private func refuseGroup(_ store: Store, _ command: String) throws(UserError) {
+    guard let group = store.groupIdentifier else { return }
+    throw UserError.usage("\(store.path) is the group container of \(group), which has no app to \(command): name a member app's container")
 }

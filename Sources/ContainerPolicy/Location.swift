@@ -80,25 +80,51 @@ public enum Location: Hashable, Sendable {
 }
 
 /// The names a container gives meaning to; the bundle's name differs per container.
+///
+/// Two kinds share it: an app's data container (a bundle, `Documents/`, `Library/`,
+/// `tmp/`), and an App Group container (SPEC §15, docs/groups.md), which has no bundle,
+/// only `Library/`, `Library/Caches/` and `Library/Preferences/` as its structure, and a
+/// root its members may write: any other name at a group's root is data.
 public struct ContainerLayout: Hashable, Sendable {
-    /// The bundle directory's name, such as `Demo.app`, as bytes.
+    /// The bundle directory's name, such as `Demo.app`, as bytes; empty for a group.
     public let bundleName: [UInt8]
+    /// The group's identifier (`group.com.example.shared`) for a group container; nil for
+    /// an app's.
+    public let groupIdentifier: [UInt8]?
+
+    /// Whether this is an App Group container.
+    public var isGroup: Bool { groupIdentifier != nil }
+
+    /// The standard directories this kind of container has: all of them for an app;
+    /// `Library`, `Library/Caches` and `Library/Preferences` for a group, as iOS makes one.
+    public var standardDirectories: [StandardDirectory] {
+        isGroup ? [.library, .caches, .preferences] : StandardDirectory.allCases
+    }
 
     /// The state folder's name at the store's root.
     public static let stateFolderName = Array(name: ".containerfs")
     /// The Cache Directory Tagging marker kept in `Library/Caches` and `tmp` of the store.
     public static let cacheTagName = Array(name: "CACHEDIR.TAG")
 
+    /// An app's container, whose bundle is `bundleName`.
     public init(bundleName: [UInt8]) {
         self.bundleName = bundleName
+        self.groupIdentifier = nil
+    }
+
+    /// An App Group container identified by `groupIdentifier`.
+    public init(groupIdentifier: [UInt8]) {
+        self.bundleName = []
+        self.groupIdentifier = groupIdentifier
     }
 
     /// The location of the entry `name` inside a directory at `parent`.
     public func child(_ name: [UInt8], of parent: Location) -> Location {
         switch parent {
         case .root:
-            if name == bundleName { return .bundle }
             if name == Self.stateFolderName { return .hidden }
+            if isGroup { return name == Names.library ? .standard(.library) : .inside(.data) }
+            if name == bundleName { return .bundle }
             if name == Names.documents { return .standard(.documents) }
             if name == Names.library { return .standard(.library) }
             if name == Names.tmp { return .standard(.tmp) }
@@ -107,7 +133,7 @@ public struct ContainerLayout: Hashable, Sendable {
             return name == Names.inbox ? .standard(.inbox) : .inside(.data)
         case .standard(.library):
             if name == Names.caches { return .standard(.caches) }
-            if name == Names.applicationSupport { return .standard(.applicationSupport) }
+            if name == Names.applicationSupport, !isGroup { return .standard(.applicationSupport) }
             if name == Names.preferences { return .standard(.preferences) }
             return .inside(.data)
         case .standard(let directory):

@@ -196,7 +196,8 @@ extension Run {
     /// a single run, and no launch starts after it. With an event, every launch but the
     /// last ends at its moment (power cut or kill) unless the program exits first; a launch
     /// that exits with a failure after one fails the run, named with the seed.
-    func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock) throws(UserError) -> Int32 {
+    func launch(_ launches: Launches, _ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock,
+                groups: [GroupMount] = []) throws(UserError) -> Int32 {
         let replay = launches.replay
         // The user can edit Documents/ only of an app that shares it: refused before any launch.
         if launches.shareEdits { try FileSharing.requireEnabled(opened) }
@@ -212,7 +213,8 @@ extension Run {
             let armed = launches.moment(ofLaunch: number).flatMap { moment in
                 launches.event.map { ArmedEvent(kind: $0.kind, moment: moment, store: opened) }
             }
-            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, number: number, purgedBefore: purged, armed: armed)
+            let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups, number: number,
+                                purgedBefore: purged, armed: armed)
             var entry = LaunchesReport.Entry(launch: number, status: status)
             if let armed, let fired = armed.outcome {
                 entry.event = armed.kind.rawValue

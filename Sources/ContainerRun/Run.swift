@@ -34,6 +34,12 @@ public struct Run {
     public var locked = false
     /// Several launches, with purges between them (`--launches`, Launches.swift); nil: one.
     public var launches: Launches?
+    /// Suspend the program this long after each launch starts (`--suspend-after`, docs/groups.md):
+    /// killed with 0xdead10cc if it holds a lock on a shared group's file then, else
+    /// resumed `resumeAfter` seconds later. Confined runs only.
+    public var suspendAfter: Double?
+    /// How long a program suspended by `suspendAfter` stays suspended.
+    public var resumeAfter: Double = 1
     /// Called when each launch's program has exited, before the unmount purges `tmp/`: what
     /// `run --check` looks at (ContainerCheck).
     public var atProgramExit: ((ProgramExit) -> Void)?
@@ -56,6 +62,7 @@ public struct Run {
         // The space its daemon records is dropped by what changes the store after it: the
         // purges of tmp/ and caches (ContainerPurge), not this open.
         let opened = try Store.open(store, changing: false)
+        try opened.requireApp(for: "run")
         // A tampered app does not launch (SPEC §5): the check `mount` makes, before anything else.
         try BundleVerification.requireIntact(opened, keyPath: key)
         var sandbox = noConfine ? nil : try Sandbox(network: !noNetwork, readOnlyBinds: bindReadOnly)
@@ -82,13 +89,17 @@ public struct Run {
             throw UserError("store \(store) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; run mounts the container itself")
         }
         try MountDaemon.checkFUSE()
-        guard let launches else { return try launch(opened, sandbox: sandbox, relay: relay, lock: lock) }
-        return try launch(launches, opened, sandbox: sandbox, relay: relay, lock: lock)
+        // The app's groups, mounted once for all their members' runs (GroupMount), for the
+        // whole run: a group's files stay as the other members see them between launches.
+        let groups = try GroupMount.acquireAll(for: opened, appUser: sandbox?.appUser, locked: locked)
+        defer { groups.forEach { $0.release() } }
+        guard let launches else { return try launch(opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups) }
+        return try launch(launches, opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups)
     }
 
     /// One launch: mounts the container, runs the program, unmounts and purges `tmp/`;
     /// returns the program's exit status. `number` and `purgedBefore` are for `atProgramExit`.
-    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, number: Int = 1,
+    func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, groups: [GroupMount] = [], number: Int = 1,
                 purgedBefore: String? = nil, armed: ArmedEvent? = nil) throws(UserError) -> Int32 {
         let appUser = sandbox?.appUser
         let mountpoint = try Self.makeMountpoint(owner: appUser)
@@ -122,13 +133,15 @@ public struct Run {
         defer { armed?.exited() }
         if let sandbox {
             let layout = try layout(opened, launch: number)
-            let ended = try runConfined(sandbox, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, layout: layout,
-                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed)
+            let ended = try runConfined(sandbox, opened, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, layout: layout,
+                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed, groups: groups)
             status = ended
             return ended
         }
+        let environment = Sandbox.environment(home: mountpoint, added: addedEnvironment,
+                                              groups: groups.map { ($0.identifier, $0.mountpoint) })
         // An event kills the program's whole process group: it gets one of its own.
-        let pid = try spawn(command[0], command, environment: Sandbox.environment(home: mountpoint, added: addedEnvironment),
+        let pid = try spawn(command[0], command, environment: environment,
                             directory: mountpoint, newGroup: armed != nil)
         relay.attach(.process(pid, sharesTerminal: true))
         armed?.start(pid: pid, group: true)
@@ -152,8 +165,9 @@ public struct Run {
 
     /// Runs the program under bubblewrap and returns its exit status (bubblewrap's, which
     /// is the program's, 128+N for a signal).
-    private func runConfined(_ sandbox: Sandbox, mountpoint: String, newSession: Bool, relay: SignalRelay, layout: SandboxLayout,
-                             bundleName: String, armed: ArmedEvent?) throws(UserError) -> Int32 {
+    private func runConfined(_ sandbox: Sandbox, _ store: Store, mountpoint: String, newSession: Bool, relay: SignalRelay,
+                             layout: SandboxLayout, bundleName: String, armed: ArmedEvent?,
+                             groups: [GroupMount]) throws(UserError) -> Int32 {
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
         guard pipe(&filter) == 0 else {
@@ -181,11 +195,12 @@ public struct Run {
         let grantFDs = sandbox.grants.indices.map { firstGrantFD + Int32($0) }
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
                                        environment: Sandbox.environment(home: layout.home, bundle: iosLayout ? layout.bundle(bundleName) : nil,
-                                                                        added: addedEnvironment),
+                                                                        added: addedEnvironment,
+                                                                        groups: groups.map { ($0.identifier, AppGroup.sandboxPath(of: $0.identifier)) }),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
                                        filterFD: filterFD, devicesFolder: asRoot ? Self.devicesFolder(of: mountpoint) : nil,
                                        accountFDs: accounts.map { _ in (passwdFD, groupFD) }, grantFDs: grantFDs,
-                                       layout: layout, bundleName: bundleName)
+                                       layout: layout, bundleName: bundleName, groups: groups.map { ($0.identifier, $0.mountpoint) })
         var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
         if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
         passing += zip(sandbox.grants, grantFDs).map { ($0.fd, $1) }
@@ -205,14 +220,29 @@ public struct Run {
         let text = String(decoding: readAll(info[0]), as: UTF8.self)
         close(info[0])
         var watchdog: SandboxWatchdog?
+        var suspender: SuspensionTimer?
+        SandboxRecord.clear(store)
+        defer { SandboxRecord.clear(store) }
+        let groupMounts = groups.map { (identifier: $0.identifier, mountpoint: $0.mountpoint) }
         if let data = text.data(using: .utf8),
            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
            let initPID = (object["child-pid"] as? NSNumber)?.int32Value {
+            // For `containerfs suspend` and `resume` (Suspension.swift).
+            SandboxRecord.write(store, initPID: initPID, groups: groupMounts)
             relay.attach(.sandbox(initPID: initPID, sharesTerminal: !newSession))
             watchdog = SandboxWatchdog(initPID: initPID)
+            if let suspendAfter {
+                suspender = SuspensionTimer(after: suspendAfter, resumeAfter: resumeAfter, initPID: initPID, store: store, groups: groupMounts)
+            }
         }
         let status = waitForExit(pid)
+        suspender?.stop()
         watchdog?.stop()
+        // Killed at suspension for a shared lock (here or by `containerfs suspend`): one line, its own status.
+        if let line = SandboxRecord.termination(store) {
+            FileHandleOutput.standardError.write("containerfs: \(line)\n")
+            return SuspensionRule.exitStatus
+        }
         if let ended = watchdog?.statusOfEndedProgram {
             warn("the sandbox went on after the program ended (its init stopped, a child left behind): ended it"
                  + (ended == nil ? "; the program's exit status was lost with the init" : ""))

@@ -1,3 +1,4 @@
+import ContainerPolicy
 import ContainerStore
 import Foundation
 import Glibc
@@ -138,14 +139,17 @@ public struct Sandbox {
     ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
     ///   the program's with `--clearenv` and `--setenv`.
     /// - `layout`, `bundleName`: where the container and its bundle appear.
+    /// - `groups`: the member groups' mounts, each shown at `AppGroup.sandboxPath(of:)`
+    ///   (`/groups/ID`) and nothing else of their folders.
     func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
                      terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, devicesFolder: String? = nil,
                      accountFDs: (passwd: Int32, group: Int32)? = nil, grantFDs: [Int32] = [],
-                     layout: SandboxLayout = .home, bundleName: String = "") -> (executable: String, arguments: [String]) {
+                     layout: SandboxLayout = .home, bundleName: String = "",
+                     groups: [(identifier: String, mountpoint: String)] = []) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
         var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
                                             filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs,
-                                            grantFDs: grantFDs, layout: layout, bundleName: bundleName)
+                                            grantFDs: grantFDs, layout: layout, bundleName: bundleName, groups: groups)
         let settings = ["--clearenv"] + environment.sorted { $0.key < $1.key }.flatMap { ["--setenv", $0.key, $0.value] }
         arguments.insert(contentsOf: settings, at: arguments.count - 1)   // before the closing "--"
         var line = (executable: bubblewrap, arguments: arguments + command)
@@ -165,7 +169,7 @@ public struct Sandbox {
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
     private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, devicesFolder: String?,
                                      accountFDs: (passwd: Int32, group: Int32)?, grantFDs: [Int32], layout: SandboxLayout,
-                                     bundleName: String) -> [String] {
+                                     bundleName: String, groups: [(identifier: String, mountpoint: String)] = []) -> [String] {
         // A user namespace always, even for root: the program has no capability (a root
         // one could remount the read-only binds and write the host), cannot make another
         // user namespace to get some back, and bubblewrap sets no_new_privs.
@@ -220,6 +224,12 @@ public struct Sandbox {
             arguments += ["--bind", mountpoint + "/" + bundleName, bundle]
             arguments += ["--tmpfs", home + "/" + bundleName, "--remount-ro", home + "/" + bundleName]
         }
+        // Each member group's mount, and only those: /groups is made on the sandbox's own
+        // read-only root, so no other group or host folder is below it. Identifiers are
+        // single harmless names (AppGroup.problem), checked again when read.
+        for group in groups where AppGroup.problem(with: group.identifier) == nil {
+            arguments += ["--bind", group.mountpoint, AppGroup.sandboxPath(of: group.identifier)]
+        }
         // The caller's binds last, so that one below /tmp is not hidden by the container's
         // tmp (bubblewrap makes its mount point there, purged with tmp). `init` refused
         // those that would hide the container.
@@ -265,7 +275,9 @@ public struct Sandbox {
     /// value, or nil to take the caller's, and left out when the caller has none).
     /// `bundle`: with `--layout ios`, the bundle's path, as `CONTAINERFS_BUNDLE_PATH` (an
     /// app's `Bundle.main.bundlePath`).
-    static func environment(home: String, bundle: String? = nil, added: [(name: String, value: String?)] = []) -> [String: String] {
+    /// `groups`: each member group's path, as `APP_GROUP_…` and `APP_GROUPS`.
+    static func environment(home: String, bundle: String? = nil, added: [(name: String, value: String?)] = [],
+                            groups: [(identifier: String, path: String)] = []) -> [String: String] {
         let caller = ProcessInfo.processInfo.environment
         var environment = caller.filter { name, _ in
             passedVariables.contains(name) || passedPrefixes.contains { name.hasPrefix($0) }
@@ -278,6 +290,9 @@ public struct Sandbox {
         environment["XDG_DATA_HOME"] = home + "/Library/Application Support"
         if let bundle { environment["CONTAINERFS_BUNDLE_PATH"] = bundle }
         if environment["PATH"] == nil { environment["PATH"] = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin" }
+        // Each group where the program finds it, as containerURL(forSecurityApplicationGroupIdentifier:) tells an app.
+        for group in groups { environment[AppGroup.environmentName(of: group.identifier)] = group.path }
+        if !groups.isEmpty { environment[AppGroup.listVariable] = groups.map(\.identifier).joined(separator: ":") }
         for (name, value) in added { environment[name] = value ?? caller[name] }
         return environment
     }

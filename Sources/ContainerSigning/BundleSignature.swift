@@ -186,6 +186,8 @@ public struct BundleVerification: Sendable {
     /// Fails with the one-line error unless the bundle holds: what `mount` and `run` call
     /// before anything else.
     public static func requireIntact(_ store: Store, keyPath: String?) throws(UserError) {
+        // A group container has no bundle: nothing to verify (docs/groups.md).
+        if store.layout.isGroup { return }
         try store.requireInstalled()
         let key = try InstallerKey.load(at: keyPath)
         if let failure = BundleSignature.verify(store, key: key).failure(store: store.path) { throw failure }

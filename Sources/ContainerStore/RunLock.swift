@@ -30,3 +30,10 @@ public final class RunLock: @unchecked Sendable {
         lock.record(mountpoint: mountpoint)
     }
 }
+
+extension RunLock {
+    /// Whether a `containerfs run` holds the store's run lock now.
+    public static func isHeld(_ store: Store) -> Bool {
+        StateLock.isHeld(store, fileName)
+    }
+}

@@ -35,6 +35,8 @@ public final class Store: Sendable {
     static let formatName = Array(name: "format")
     static let formatContents = Array("containerfs-store 1\n".utf8)
     static let bundleNameFile = Array(name: "bundle-name")
+    /// A group container's state folder holds its identifier here instead of a bundle name.
+    static let groupIdentifierFile = Array(name: "group-id")
 
     /// Opens the store at `path` and checks that it is a whole container.
     ///
@@ -81,10 +83,16 @@ public final class Store: Sendable {
                 } catch {
                     throw UserError("cannot finish the interrupted update of \(path): \(error); open it again as its owner")
                 }
-                let bundleName = try readFile(at: stateFD, bundleNameFile, limit: smallStateFileLimit)
-                let offloaded = try OffloadRecord.read(stateFD: stateFD, bundleName: bundleName)
-                let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: ContainerLayout(bundleName: bundleName),
-                                  offloaded: offloaded)
+                let layout: ContainerLayout
+                let offloaded: OffloadRecord?
+                if let group = try? readFile(at: stateFD, groupIdentifierFile, limit: smallStateFileLimit) {
+                    guard AppGroup.problem(with: String(decoding: group, as: UTF8.self)) == nil else { throw Errno(EINVAL) }
+                    (layout, offloaded) = (ContainerLayout(groupIdentifier: group), nil)
+                } else {
+                    let bundleName = try readFile(at: stateFD, bundleNameFile, limit: smallStateFileLimit)
+                    (layout, offloaded) = (ContainerLayout(bundleName: bundleName), try OffloadRecord.read(stateFD: stateFD, bundleName: bundleName))
+                }
+                let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: layout, offloaded: offloaded)
                 try store.checkStructure()
                 try store.checkSettings(exceptCapacity: replacingCapacity)
                 if changing { Capacity.forgetSummary(stateFD: stateFD) }
@@ -119,8 +127,8 @@ public final class Store: Sendable {
 
     /// Fails unless the bundle and every standard directory are real directories.
     private func checkStructure() throws(UserError) {
-        let bundle = offloaded == nil ? [ContainerPath(components: [layout.bundleName])] : []
-        let required = bundle + StandardDirectory.allCases.map(\.path)
+        let bundle = offloaded == nil && !layout.isGroup ? [ContainerPath(components: [layout.bundleName])] : []
+        let required = bundle + layout.standardDirectories.map(\.path)
         for directory in required {
             var info = stat()
             let found = withCName(directory.bytes) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
@@ -129,6 +137,9 @@ public final class Store: Sendable {
             }
         }
     }
+
+    /// The group's identifier when this is an App Group container, else nil.
+    public var groupIdentifier: String? { layout.groupIdentifier.map { String(decoding: $0, as: UTF8.self) } }
 
     /// The path of the store's state folder, for messages.
     public var statePath: String { path + "/.containerfs" }

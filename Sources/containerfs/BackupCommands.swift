@@ -136,6 +136,10 @@ struct RestoreCommand: ParsableCommand {
             set-user-ID, set-group-ID or sticky bit; no folder is writable by others. ARCHIVE may be \
             s3://BUCKET/KEY (configured as for backup): the object is read as it is downloaded, in \
             bounded memory, and a download cut off resumes where it stopped. See docs/backup.md.
+
+            A group container's archive (backup DEVICE/ID) restores without --bundle to a path \
+            named by the group's identifier, DEVICE/ID: its root, Library/ and Library/Preferences/ \
+            as they were, Library/Caches/ empty (docs/groups.md).
             """)
 
     @Argument(help: "The backup archive, or s3://BUCKET/KEY.")
@@ -144,17 +148,22 @@ struct RestoreCommand: ParsableCommand {
     @Argument(help: "The folder to make the container in.")
     var store: String
 
-    @Option(help: "The app bundle to install: a folder named NAME.app, the app the backup is of.")
-    var bundle: String
+    @Option(help: "The app bundle to install: a folder named NAME.app, the app the backup is of (none for a group container's archive).")
+    var bundle: String?
 
     @Option(help: "The installer key that signs the bundle, as for create (default: $XDG_CONFIG_HOME/containerfs/installer.key).")
     var key: String?
+
+    @Option(help: ArgumentHelp("An App Group the restored app belongs to, as for create (a backup holds data, not entitlements); repeat for several.", valueName: "ID"))
+    var group: [String] = []
 
     @Flag(help: "Print JSON.")
     var json = false
 
     func run() throws {
         try reportingErrors {
+            let groups = try Store.checkGroupIdentifiers(group)
+            if !groups.isEmpty, bundle == nil { throw UserError.usage("--group goes with --bundle: only an app belongs to groups") }
             // As create: the key first, so a key that cannot be had writes nothing.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
@@ -164,6 +173,7 @@ struct RestoreCommand: ParsableCommand {
                 let update = { (done: Int64, total: Int64) in bar.update(done, total) }
                 if ObjectURL.isObjectURL(archive) {
                     let url = try ObjectURL(parsing: archive, requireKey: true)
+                    guard let bundle else { throw UserError.usage("name the app's bundle with --bundle: a group container restores from an archive file") }
                     summary = try ObjectStoreBackup.restore(from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle,
                                                             installerKey: installerKey, progress: update)
                 } else {
@@ -174,7 +184,20 @@ struct RestoreCommand: ParsableCommand {
                 bar.finish()
                 throw error
             }
+            if !groups.isEmpty {
+                let restored = try Store.open(store)
+                do { try restored.recordMembership(groups) } catch {
+                    throw UserError("restored \(store), but could not record its groups: \(error); record them with 'containerfs update \(store) --bundle … --group ID'")
+                }
+                for made in try Store.createMissingGroups(groups, besideStore: store) {
+                    FileHandleOutput.standardOutput.write("created group container \(made)\n")
+                }
+            }
             let bundleName = ContainerPath.printable(summary.bundleName)
+            if bundle == nil, !json {
+                FileHandleOutput.standardOutput.write("restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into the group container \(store) (\(bundleName))\n")
+                return
+            }
             if json {
                 printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "bundle": bundleName])
             } else {

@@ -10,10 +10,12 @@ struct ContainerFSCommand: ParsableCommand {
         commandName: "containerfs",
         abstract: "iOS-style app containers on Linux, enforced by a FUSE filesystem.",
         discussion: """
-            Exit status: 0 success, 1 failure, 64 misuse of the command line.
+            Exit status: 0 success, 1 failure, 64 misuse of the command line; run: the program's, \
+            204 when it was killed at suspension holding a lock in a shared group container \
+            (0xdead10cc).
             """,
         version: containerfsVersion,
-        subcommands: [Create.self, Update.self, Offload.self, Mount.self, Unmount.self, RunCommand.self, Deliver.self, Share.self, Verify.self, CheckCommand.self, Audit.self, PurgeCommand.self, UsageCommand.self, CapacityCommand.self, BackupCommand.self, RestoreCommand.self, BackupsCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self, PowerCut.self]
+        subcommands: [Create.self, CreateGroup.self, Update.self, Offload.self, Mount.self, Unmount.self, RunCommand.self, SuspendCommand.self, ResumeCommand.self, Deliver.self, Share.self, Verify.self, CheckCommand.self, Audit.self, PurgeCommand.self, UsageCommand.self, CapacityCommand.self, BackupCommand.self, RestoreCommand.self, BackupsCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self, PowerCut.self]
     )
 
     /// ArgumentParser's `main`, except that a command line it cannot parse gets the one

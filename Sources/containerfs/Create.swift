@@ -10,6 +10,12 @@ struct Create: ParsableCommand {
             STORE must not exist, or be an empty folder. Nothing is left behind on failure. The \
             bundle's copy keeps no set-user-ID, set-group-ID or sticky bit, and no folder of it is \
             writable by others.
+
+            --group names an App Group the app belongs to (its entitlement), once per group: \
+            the group container is kept beside STORE in the same folder (the device), named by \
+            the group's identifier, and made there if missing, as installing a member app makes \
+            it on iOS. 'containerfs run' shows each of the app's groups inside the sandbox at \
+            /groups/ID and names it in APP_GROUP_NAME (docs/groups.md).
             """)
 
     @Argument(help: "The folder to make the container in.")
@@ -27,8 +33,12 @@ struct Create: ParsableCommand {
     @Option(help: ArgumentHelp("Give the container a capacity, a simulated device size (see 'containerfs capacity').", valueName: "SIZE"))
     var capacity: String?
 
+    @Option(help: ArgumentHelp("An App Group the app belongs to, such as group.com.example.shared; repeat for several (docs/groups.md).", valueName: "ID"))
+    var group: [String] = []
+
     func run() throws {
         try reportingErrors {
+            let groups = try Store.checkGroupIdentifiers(group)
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             // The key first: a key that cannot be had leaves no container behind.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
@@ -46,9 +56,51 @@ struct Create: ParsableCommand {
                     }
                     try Capacity.write(stateFD: stateFD, bytes)
                 }
+                if !groups.isEmpty { try Store.writeMembership(groups, stateFD: stateFD) }
                 try sign?(rootFD, stateFD, bundleName)
             })
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
+            for made in try Store.createMissingGroups(groups, besideStore: store) {
+                FileHandleOutput.standardOutput.write("created group container \(made)\n")
+            }
+        }
+    }
+}
+
+struct CreateGroup: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "create-group",
+        abstract: "Make an App Group container: Library/, Library/Caches/, Library/Preferences/ and a root its members write.",
+        discussion: """
+            The last component of PATH is the group's identifier (group.com.example.shared), and \
+            PATH's folder is the device that holds it with its member apps: an app container \
+            made in the same folder with '--group ID' is a member, and its 'containerfs run' \
+            shows the group at /groups/ID. 'create --group' makes a missing group by itself; \
+            this command makes one ahead, with its own protection class or capacity. The group \
+            container is mounted, purged, protected, excluded, locked and backed up with the same commands \
+            as an app's; backup writes its root down, and restore ARCHIVE DEVICE/ID (no --bundle) makes it again. See docs/groups.md.
+
+              containerfs create-group device/group.com.example.shared
+            """)
+
+    @Argument(help: ArgumentHelp("DEVICE/ID: the group container to make, named by the group's identifier.", valueName: "PATH"))
+    var path: String
+
+    @Option(help: ArgumentHelp("The class of files and folders without their own (default \(ProtectionClass.containerDefault.rawValue)): \(protectionClassNames).", valueName: "CLASS"))
+    var protection: ProtectionClass?
+
+    @Option(help: ArgumentHelp("Give the group container a capacity, a simulated device size (see 'containerfs capacity').", valueName: "SIZE"))
+    var capacity: String?
+
+    func run() throws {
+        try reportingErrors {
+            let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
+            let protection = protection
+            let created = try Store.createGroup(at: path, configure: { _, stateFD in
+                if let protection { try Store.writeDefaultProtection(protection, stateFD: stateFD) }
+                if let bytes = choice?.bytes { try Capacity.write(stateFD: stateFD, bytes) }
+            })
+            FileHandleOutput.standardOutput.write("created group container \(created.path) for \(created.groupIdentifier ?? "")\n")
         }
     }
 }

@@ -31,6 +31,7 @@ struct Deliver: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let opened = try Store.open(store)
+            try opened.requireApp(for: "deliver")
             try Delivery.checkFits(files, into: opened)
             var delivered: [ContainerPath] = []
             for file in files {

@@ -15,6 +15,10 @@ struct Update: ParsableCommand {
             iOS terminates an app to update it. The new version may have another bundle name \
             (Notes.app → Notes2.app): the container's layout follows it. Refused while the \
             container is mounted or a program runs in it. See docs/lifecycle.md.
+
+            --group replaces the app's App Groups with those named (the new version's \
+            entitlements), making a missing group container beside STORE; without it the \
+            groups stay as they were. See docs/groups.md.
             """)
 
     @Argument(help: "The container's store.")
@@ -23,12 +27,25 @@ struct Update: ParsableCommand {
     @Option(help: "The new version's bundle: a folder named NAME.app.")
     var bundle: String
 
+    @Option(help: ArgumentHelp("An App Group the new version belongs to; repeat for several. Replaces the groups recorded before (docs/groups.md).", valueName: "ID"))
+    var group: [String] = []
+
     @Option(help: "The installer key the container was installed with (default: see docs/signing.md).")
     var key: String?
 
     func run() throws {
         try reportingErrors {
+            let groups = try Store.checkGroupIdentifiers(group)
             let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key)
+            if !group.isEmpty {
+                let opened = try Store.open(store)
+                do { try opened.recordMembership(groups) } catch {
+                    throw UserError("updated \(store), but could not record its groups: \(error); run the update again")
+                }
+                for made in try Store.createMissingGroups(groups, besideStore: store) {
+                    FileHandleOutput.standardOutput.write("created group container \(made)\n")
+                }
+            }
             let new = ContainerPath.printable(summary.newName), old = ContainerPath.printable(summary.oldName)
             let what = summary.reinstalled ? "reinstalled \(new) in \(store)" : "updated \(store): \(old) replaced by \(new)"
             FileHandleOutput.standardOutput.write(

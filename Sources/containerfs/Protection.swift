@@ -39,31 +39,31 @@ struct Protect: ParsableCommand {
 struct Lock: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Lock the device of a mounted container: protected data becomes unavailable at once.",
-        discussion: "See 'containerfs protect --help' and docs/protection.md.")
+        discussion: """
+            The device is the container and the group containers it belongs to, mounted by its \
+            runs or by hand ('create --group', docs/groups.md): locking an app locks its groups \
+            too. A device folder (the folder holding app and group containers) locks every \
+            mounted container in it. See 'containerfs protect --help' and docs/protection.md.
+            """)
 
-    @Argument(help: "The container's store (mounted, or in a run).")
+    @Argument(help: "The container's store (mounted, or in a run), or a device folder: see the discussion.")
     var store: String
 
     func run() throws {
-        try reportingErrors {
-            let status = try DeviceControl.send(.lock, to: try Store.open(store, changing: false))
-            FileHandleOutput.standardOutput.write("\(store): \(status.state.text)\n")
-        }
+        try reportingErrors { try switchDevice(.lock, store) }
     }
 }
 
 struct Unlock: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Unlock the device of a mounted container: protected data is available again.")
+        abstract: "Unlock the device of a mounted container: protected data is available again.",
+        discussion: "As lock: the container and its mounted groups, or every mounted container of a device folder.")
 
-    @Argument(help: "The container's store (mounted, or in a run).")
+    @Argument(help: "The container's store (mounted, or in a run), or a device folder: see the discussion.")
     var store: String
 
     func run() throws {
-        try reportingErrors {
-            let status = try DeviceControl.send(.unlock, to: try Store.open(store, changing: false))
-            FileHandleOutput.standardOutput.write("\(store): \(status.state.text)\n")
-        }
+        try reportingErrors { try switchDevice(.unlock, store) }
     }
 }
 
@@ -99,4 +99,19 @@ struct Status: ParsableCommand {
             }
         }
     }
+}
+
+/// Locks or unlocks a device (`Device.stores`): the named store must be mounted; its
+/// groups and a device folder's containers are switched where they are mounted.
+private func switchDevice(_ command: DeviceControl.Command, _ path: String) throws(UserError) {
+    let stores = try Device.stores(path)
+    var switched = 0
+    for (index, store) in stores.enumerated() {
+        let namedStore = index == 0 && stores[0].path == path
+        if !namedStore, MountLock.holder(store) == nil { continue }
+        let status = try DeviceControl.send(command, to: store)
+        FileHandleOutput.standardOutput.write("\(store.path): \(status.state.text)\n")
+        switched += 1
+    }
+    if switched == 0 { throw UserError("no container of the device folder \(path) is mounted: the device state belongs to live mounts") }
 }

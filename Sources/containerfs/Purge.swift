@@ -24,9 +24,13 @@ struct PurgeCommand: ParsableCommand {
             (see 'containerfs capacity'): tmp first, then caches least recently used first, only \
             until that much is free, e.g. 'containerfs purge ~/A --caches --tmp --until-free 20%'. \
             A mounted store is refused (exit 1), even when nothing would have to go.
+
+            The device: an app container's store stands for itself and the group containers it \
+            belongs to ('create --group'); a device folder, for every container store in it, \
+            apps and groups (docs/groups.md).
             """)
 
-    @Argument(help: "Container stores, all on one device.")
+    @Argument(help: "Container stores, all on one device, or device folders.")
     var stores: [String] = []
 
     @Flag(help: "Purge cache files (below Library/Caches).")
@@ -59,8 +63,8 @@ struct PurgeCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let options = try parseOptions()
-            var opened: [Store] = []
-            for path in stores { opened.append(try Store.open(path)) }
+            // One device: the stores named, the groups they belong to, every store of a device folder.
+            let opened = try Device.stores(stores, changing: true)
             if let untilFree {
                 // A running app is never purged, whether or not anything would have to go:
                 // every store is checked before any is touched.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ContainerCheck
 import ContainerDurability
+import ContainerPurge
 import ContainerRun
 import ContainerStore
 
@@ -77,7 +78,24 @@ struct RunCommand: ParsableCommand {
             and a launch that failed after a purge (with the seed). The table goes to stderr; the \
             thresholds and --junit FILE are check's (see 'containerfs check --help', docs/check.md).
 
-            Exit status: the program's; 128+N when signal N killed it; 1 when containerfs (or \
+            App Groups: each group the app belongs to ('create --group ID') is shown inside at \
+            /groups/ID, named in APP_GROUP_NAME (group.com.example.shared: \
+            APP_GROUP_COM_EXAMPLE_SHARED) and listed in APP_GROUPS; no other group is there. A \
+            group is mounted once for all its members' runs at the same time, so an app and its \
+            extension (two runs of two stores on one device folder) see one another's writes and \
+            file locks at once. See docs/groups.md.
+
+            --suspend-after DURATION suspends the program that long after each launch starts, as \
+            iOS suspends an app sent to the background: every process of the sandbox is stopped \
+            with SIGSTOP. If one holds a file lock (flock, POSIX or OFD) on a file in a shared \
+            group container then, the program is killed as iOS kills it, and run prints one line \
+            naming the file and the code 0xdead10cc and exits with status 204; locks in its own \
+            container do not count. Otherwise it is resumed --resume-after later (default 1s). \
+            'containerfs suspend STORE' and 'containerfs resume STORE' do the same from another \
+            shell at any moment.
+
+            Exit status: the program's; 128+N when signal N killed it; 204 when it was killed at \
+            suspension holding a lock in a shared group container (0xdead10cc); 1 when containerfs (or \
             bubblewrap, with a line saying why) could not start it, or when the program exited 0 \
             and --check failed; 64 for a misuse.
             """)
@@ -146,6 +164,12 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "With --launches: print the launches' report as one JSON object on stdout at the end.")
     var json = false
 
+    @Option(help: ArgumentHelp("Suspend the program this long after each launch starts (30s, 1.5s): killed with 0xdead10cc, status 204, if it holds a lock on a shared group's file then.", valueName: "DURATION"))
+    var suspendAfter: String?
+
+    @Option(help: ArgumentHelp("How long a program suspended by --suspend-after stays suspended before it is resumed (default 1s).", valueName: "DURATION"))
+    var resumeAfter: String?
+
     @Flag(help: "Check the container against the storage guidelines when the program exits (see 'containerfs check').")
     var check = false
 
@@ -190,6 +214,13 @@ struct RunCommand: ParsableCommand {
             }
         }
         if json, launches == nil { throw ValidationError("--json goes with --launches N") }
+        if noConfine, suspendAfter != nil { throw ValidationError("--suspend-after needs the confinement: drop --no-confine") }
+        if resumeAfter != nil, suspendAfter == nil { throw ValidationError("--resume-after goes with --suspend-after") }
+        for (option, value) in [("--suspend-after", suspendAfter), ("--resume-after", resumeAfter)] {
+            if let value, Quantity.seconds(value) == nil {
+                throw ValidationError("bad duration '\(value)' for \(option): write a number of seconds, or one with s, m or h, as 2s or 1.5s")
+            }
+        }
         if !check, checkOptions.given { throw ValidationError("the check's options go with --check") }
         if let purgeBetween, Launches.PurgeBetween(rawValue: purgeBetween) == nil {
             throw ValidationError("--purge-between must be none, tmp, caches or random, not '\(purgeBetween)'")
@@ -216,6 +247,8 @@ struct RunCommand: ParsableCommand {
             run.grants = grantItems.map(GrantRequest.init(parsing:))
             run.iosLayout = layout == "ios"
             run.relocate = relocate
+            run.suspendAfter = suspendAfter.flatMap(Quantity.seconds)
+            if let resumeAfter = resumeAfter.flatMap(Quantity.seconds) { run.resumeAfter = resumeAfter }
             if let launches {
                 let event = (powerCut ?? kill).flatMap { Launches.Moment($0, within: within ?? 2) }.map {
                     Launches.Event(kind: powerCut != nil ? .powerCut : .kill, moment: $0,
@@ -241,5 +274,50 @@ struct RunCommand: ParsableCommand {
         }
         if status != 0 { throw ExitCode(status) }
         if checkFailed { throw ExitCode(1) }
+    }
+}
+
+struct SuspendCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "suspend",
+        abstract: "Suspend the program running in a container, as iOS suspends an app sent to the background.",
+        discussion: """
+            Stops every process of the program that 'containerfs run STORE' runs (SIGSTOP, all \
+            of its sandbox). If one of them holds a file lock (flock, POSIX or OFD) on a file in \
+            a shared group container at that moment, the program is killed instead, as iOS kills \
+            it with the termination code 0xdead10cc: this command prints that line, and the run \
+            prints it too and exits with status 204. Locks in the app's own container do not \
+            count. 'containerfs resume STORE' continues a suspended program. See docs/groups.md.
+            """)
+
+    @Argument(help: "The store of the app container whose program runs.")
+    var store: String
+
+    func run() throws {
+        try reportingErrors {
+            switch try Suspension.suspend(store: store) {
+            case .suspended:
+                FileHandleOutput.standardOutput.write("suspended the program of \(store): it holds no lock in a shared group container; continue it with 'containerfs resume \(store)'\n")
+            case .killed(let lock):
+                FileHandleOutput.standardOutput.write(SuspensionRule.message(lock) + "\n")
+            }
+        }
+    }
+}
+
+struct ResumeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resume",
+        abstract: "Continue a program that 'containerfs suspend' suspended.",
+        discussion: "Sends SIGCONT to every process of the program's sandbox. See docs/groups.md.")
+
+    @Argument(help: "The store of the app container whose program runs.")
+    var store: String
+
+    func run() throws {
+        try reportingErrors {
+            try Suspension.resume(store: store)
+            FileHandleOutput.standardOutput.write("resumed the program of \(store)\n")
+        }
     }
 }

@@ -29,8 +29,8 @@ struct UsageCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             if stores.isEmpty { throw UserError.usage("name at least one container store") }
-            var opened: [Store] = []
-            for path in stores { opened.append(try Store.open(path, changing: false)) }
+            // A device folder stands for every container in it.
+            let opened = try Device.stores(stores, withGroups: false)
             var output = BufferedOutput()
             if json { output.write("[") }
             for (number, store) in opened.enumerated() {

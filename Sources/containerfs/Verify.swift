@@ -28,6 +28,7 @@ struct Verify: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let opened = try Store.open(store, changing: false)
+            try opened.requireApp(for: "verify")
             try opened.requireInstalled()
             let installerKey = try InstallerKey.load(at: key)
             let result = BundleSignature.verify(opened, key: installerKey, full: full)

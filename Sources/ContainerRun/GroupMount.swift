@@ -1,0 +1,159 @@
+import CLinux
+import ContainerPolicy
+import ContainerStore
+import Foundation
+import Glibc
+
+/// A member group's container as one run uses it: mounted once, by one daemon, for every
+/// run of its members at the same time (docs/groups.md), so that their writes and file
+/// locks meet in one file system as on one disk.
+///
+/// Who mounts and unmounts: two `flock`s in the group's state folder. `group-mount.lock`
+/// is held exclusively around each decision; each run holds `group-users.lock` shared for
+/// as long as it uses the group. The first run finds no mount and starts the daemon; the
+/// run that leaves and then takes the users' lock exclusively is the last, and unmounts.
+/// A killed run's shared lock goes with it, so the mount never outlives its last user by
+/// more than that user's run.
+public final class GroupMount {
+    /// The group's identifier, `group.com.example.shared`.
+    public let identifier: String
+    /// Where the group is mounted on the host (in `/tmp/containerfs-group-XXXXXX/`).
+    public let mountpoint: String
+    /// The group's store.
+    let store: Store
+    /// This run's shared lock on `group-users.lock`.
+    private var usersFD: Int32
+    /// The daemon, when this run started it (and so reaps it).
+    private let startedDaemon: pid_t?
+
+    static let mountLockName = Array(name: "group-mount.lock")
+    static let usersLockName = Array(name: "group-users.lock")
+    /// The prefix of the folders the group mounts are made in.
+    static let folderPrefix = "containerfs-group-"
+
+    private init(identifier: String, mountpoint: String, store: Store, usersFD: Int32, startedDaemon: pid_t?) {
+        self.identifier = identifier
+        self.mountpoint = mountpoint
+        self.store = store
+        self.usersFD = usersFD
+        self.startedDaemon = startedDaemon
+    }
+
+    deinit { release() }
+
+    /// Mounts (or joins the mount of) each group of the app container `app`; on failure
+    /// releases those already taken.
+    static func acquireAll(for app: Store, appUser: HostAppUser?, locked: Bool) throws(UserError) -> [GroupMount] {
+        var taken: [GroupMount] = []
+        for identifier in try app.memberGroups() {
+            do {
+                taken.append(try acquire(identifier, for: app, appUser: appUser, locked: locked))
+            } catch {
+                taken.forEach { $0.release() }
+                throw error
+            }
+        }
+        return taken
+    }
+
+    /// The group `identifier` of `app`, mounted.
+    static func acquire(_ identifier: String, for app: Store, appUser: HostAppUser?, locked: Bool) throws(UserError) -> GroupMount {
+        let path = app.groupPath(identifier)
+        guard let group = try app.openGroup(identifier) else {
+            throw UserError("\(app.path) belongs to \(identifier), but there is no group container at \(path): make it with 'containerfs create-group \(path)'")
+        }
+        let mutex = try lockFile(group, mountLockName)
+        defer { close(mutex) }
+        flockRetrying(mutex, LOCK_EX)
+        let users = try lockFile(group, usersLockName)
+        flockRetrying(users, LOCK_SH)
+        if let holder = MountLock.holder(group) {
+            let parent = (holder.mountpoint as NSString).deletingLastPathComponent
+            guard (parent as NSString).lastPathComponent.hasPrefix(folderPrefix) else {
+                close(users)
+                throw UserError("the group container \(path) is mounted at \(holder.mountpoint): unmount it first with 'containerfs unmount \(holder.mountpoint)'; runs of its members mount it themselves")
+            }
+            return GroupMount(identifier: identifier, mountpoint: holder.mountpoint, store: group, usersFD: users, startedDaemon: nil)
+        }
+        do throws(UserError) {
+            let mountpoint = try makeMountpoint(owner: appUser)
+            var options = locked ? ["nosetid", "locked"] : ["nosetid"]
+            if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
+            let daemon: pid_t
+            do throws(UserError) {
+                // The daemon opens the store again by path: the one just opened, by its real path.
+                daemon = try MountDaemon.start(store: group.resolvedPath, mountpoint: mountpoint, options: options)
+            } catch {
+                removeMountpoint(mountpoint)
+                throw error
+            }
+            return GroupMount(identifier: identifier, mountpoint: mountpoint, store: group, usersFD: users, startedDaemon: daemon)
+        } catch {
+            close(users)
+            throw error
+        }
+    }
+
+    /// Leaves the group: the last run to leave unmounts it. Idempotent.
+    public func release() {
+        guard usersFD >= 0 else { return }
+        let users = usersFD
+        usersFD = -1
+        guard let mutex = try? Self.lockFile(store, Self.mountLockName) else {
+            close(users)
+            return
+        }
+        defer { close(mutex) }
+        Self.flockRetrying(mutex, LOCK_EX)
+        flock(users, LOCK_UN)
+        let last = flock(users, LOCK_EX | LOCK_NB) == 0
+        close(users)
+        guard last, MountLock.holder(store)?.mountpoint == mountpoint else { return }
+        var unmounted = false
+        for _ in 0..<50 {
+            if (try? MountDaemon.unmount(mountpoint, lazy: false)) != nil {
+                unmounted = true
+                break
+            }
+            if MountEntry.at(mountpoint) == nil { break }
+            usleep(100_000)
+        }
+        if !unmounted, MountEntry.at(mountpoint) != nil { _ = try? MountDaemon.unmount(mountpoint, lazy: true) }
+        if let startedDaemon {
+            var status: Int32 = 0
+            while waitpid(startedDaemon, &status, unmounted ? 0 : WNOHANG) < 0, errno == EINTR {}
+        }
+        Self.removeMountpoint(mountpoint)
+    }
+
+    /// Opens (making it) the lock file `name` in the group's state folder, following no symlink.
+    private static func lockFile(_ store: Store, _ name: [UInt8]) throws(UserError) -> Int32 {
+        let fd = withCName(name) { openat(store.stateFD, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else { throw UserError("cannot open \(store.statePath)/\(ContainerPath.printable(name)): \(Errno.current)") }
+        return fd
+    }
+
+    private static func flockRetrying(_ fd: Int32, _ operation: Int32) {
+        while flock(fd, operation) != 0, errno == EINTR {}
+    }
+
+    /// `/tmp/containerfs-group-XXXXXX/group`, made as a run's mount point is (`Run.makeMountpoint`).
+    private static func makeMountpoint(owner: HostAppUser?) throws(UserError) -> String {
+        var template = Array("/tmp/\(folderPrefix)XXXXXX".utf8CString)
+        guard let base = mkdtemp(&template) else { throw UserError("cannot make a group mount point in /tmp: \(Errno.current)") }
+        let mountpoint = MountEntry.absolute(String(cString: base) + "/group")
+        guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a group mount point in /tmp: \(Errno.current)") }
+        if let owner, chown(base, 0, owner.gid) != 0 || chmod(base, 0o750) != 0 {
+            let error = Errno.current
+            removeMountpoint(mountpoint)
+            throw UserError("cannot open the group folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
+        }
+        return mountpoint
+    }
+
+    private static func removeMountpoint(_ mountpoint: String) {
+        rmdir(mountpoint)
+        let parent = (mountpoint as NSString).deletingLastPathComponent
+        if (parent as NSString).lastPathComponent.hasPrefix(folderPrefix) { rmdir(parent) }
+    }
+}

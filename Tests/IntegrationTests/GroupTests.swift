@@ -1,0 +1,294 @@
+import ContainerStore
+import Foundation
+import Glibc
+import Testing
+
+/// A device folder: three app containers of one bundle, two of them (`App`, `Widget`, an app
+/// and its extension) members of `group.com.example.shared`, one (`Other`) of no group.
+final class GroupDevice {
+    static let group = "group.com.example.shared"
+    static let variable = "APP_GROUP_COM_EXAMPLE_SHARED"
+    static let inside = "/groups/group.com.example.shared"
+    let base: String
+    let device: String
+    var app: String { device + "/App" }
+    var widget: String { device + "/Widget" }
+    var other: String { device + "/Other" }
+    var groupStore: String { device + "/" + Self.group }
+
+    init() throws {
+        base = try makeTemporaryDirectory()
+        device = base + "/device"
+        let bundle = base + "/Demo.app"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: device, withIntermediateDirectories: true)
+        try Data("<plist>demo</plist>\n".utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        for (store, groups) in [(app, [Self.group]), (widget, [Self.group]), (other, [])] {
+            let created = try containerfs(["create", store, "--bundle", bundle] + groups.flatMap { ["--group", $0] })
+            guard created.status == 0 else { throw TestFailure("create failed: \(created)") }
+        }
+    }
+
+    /// `containerfs run STORE -- PROGRAM…` in the background.
+    func start(_ store: String, _ program: [String], options: [String] = []) throws -> BackgroundProgram {
+        try BackgroundProgram([containerfsBinary, "run", store] + options + ["--"] + program)
+    }
+
+    deinit {
+        // A run that failed may leave the group mounted: never another test's mount.
+        for mountpoint in containerMounts(of: groupStore) { _ = try? runProgram(["fusermount3", "-uz", mountpoint]) }
+        _ = try? runProgram(["rm", "-rf", base])
+    }
+}
+
+/// App Groups: group containers, membership, an app and its extension at once (docs/groups.md).
+@Suite("Groups", .serialized)
+struct GroupTests {
+    @Test func createMakesTheGroupLaidOutAsIOSDoes() throws {
+        let device = try GroupDevice()
+        var listing = try FileManager.default.contentsOfDirectory(atPath: device.groupStore).sorted()
+        #expect(listing == [".containerfs", "Library"])
+        listing = try FileManager.default.contentsOfDirectory(atPath: device.groupStore + "/Library").sorted()
+        #expect(listing == ["Caches", "Preferences"])
+        #expect(try String(contentsOfFile: device.app + "/.containerfs/groups", encoding: .utf8) == GroupDevice.group + "\n")
+        #expect(!FileManager.default.fileExists(atPath: device.other + "/.containerfs/groups"))
+        let again = try containerfs(["create-group", device.groupStore])
+        #expect(again.status == 64, "\(again)")
+        let bad = try containerfs(["create-group", device.device + "/com.example.shared"])
+        #expect(bad.status == 64 && bad.stderr.contains("group."), "\(bad)")
+        let run = try containerfs(["run", device.groupStore, "--", "true"])
+        #expect(run.status == 64 && run.stderr.contains("group container"), "\(run)")
+    }
+
+    @Test func aMemberFindsItsGroupAtTheDocumentedPathAndVariable() throws {
+        let device = try GroupDevice()
+        let script = #"printf '%s\n' "$APP_GROUP_COM_EXAMPLE_SHARED" "$APP_GROUPS"; ls -A /groups; ls -A "$APP_GROUP_COM_EXAMPLE_SHARED"; echo from-app > "$APP_GROUP_COM_EXAMPLE_SHARED/shared.txt"; mkdir "$APP_GROUP_COM_EXAMPLE_SHARED/Documents"; rmdir "$APP_GROUP_COM_EXAMPLE_SHARED/Library/Caches" 2>/dev/null || echo structure-fixed"#
+        let result = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", script])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout == "\(GroupDevice.inside)\n\(GroupDevice.group)\n\(GroupDevice.group)\nLibrary\nstructure-fixed\n", "\(result)")
+        #expect(try String(contentsOfFile: device.groupStore + "/shared.txt", encoding: .utf8) == "from-app\n")
+        #expect(containerMounts(of: device.groupStore) == [], "the last run unmounts the group")
+        #expect(containerMounts(of: device.app) == [])
+    }
+
+    @Test func aNonMemberSeesNothingOfTheGroup() throws {
+        let device = try GroupDevice()
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/secret.txt"))
+        // A member runs meanwhile, so the group is mounted on the host.
+        let member = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/member.up"; exec sleep 60"#])
+        #expect(waitForFile(device.groupStore + "/member.up"))
+        let script = #"env | grep -c APP_GROUP; ls /groups 2>&1 >/dev/null && echo listed; cat /groups/group.com.example.shared/secret.txt 2>/dev/null && echo read; ls /tmp/containerfs-group-* 2>/dev/null && echo host; cat ../*/secret.txt 2>/dev/null && echo escaped; echo end"#
+        let result = try runProgram([containerfsBinary, "run", device.other, "--", "sh", "-c", script])
+        kill(member.pid, SIGTERM)  // run passes it on, then cleans up
+        #expect(result.stdout.hasPrefix("0\n") && result.stdout.hasSuffix("end\n") && !result.stdout.contains("secret"), "\(result)")
+        #expect(!result.stdout.contains("listed") && !result.stdout.contains("read") && !result.stdout.contains("host") && !result.stdout.contains("escaped"), "\(result)")
+        #expect(member.wait().status == 128 + SIGTERM)
+        #expect(containerMounts(of: device.groupStore) == [])
+    }
+
+    /// The app and its widget at once: one mount of the group, writes seen at once, flock,
+    /// POSIX and OFD locks between them as on one disk, and a WAL database both write.
+    @Test func anAppAndItsExtensionShareTheGroupAtOnce() throws {
+        let device = try GroupDevice()
+        let script = #"""
+            import fcntl, os, sqlite3, sys, time
+            me, peer = sys.argv[1], sys.argv[2]
+            group = os.environ["APP_GROUP_COM_EXAMPLE_SHARED"]
+            def mark(name): open(os.path.join(group, name), "w").close()
+            def wait(name):
+                deadline = time.time() + 30
+                while not os.path.exists(os.path.join(group, name)):
+                    if time.time() > deadline: sys.exit("no " + name)
+                    time.sleep(0.02)
+            mark(me + ".up"); wait(peer + ".up")          # each sees the other's file at once
+            # Locks: the app holds each kind; the widget must find each taken.
+            path = os.path.join(group, "lockfile")
+            if me == "app":
+                fd = os.open(path, os.O_RDWR | os.O_CREAT)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                fd2 = os.open(path + ".posix", os.O_RDWR | os.O_CREAT); fcntl.lockf(fd2, fcntl.LOCK_EX)
+                fd3 = os.open(path + ".ofd", os.O_RDWR | os.O_CREAT)
+                fcntl.fcntl(fd3, fcntl.F_OFD_SETLK, __import__("struct").pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+                mark("app.locked"); wait("widget.tried")
+                os.close(fd); os.close(fd2); os.close(fd3)
+            else:
+                wait("app.locked")
+                taken = 0
+                fd = os.open(path, os.O_RDWR)
+                try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError: taken += 1
+                fd2 = os.open(path + ".posix", os.O_RDWR)
+                try: fcntl.lockf(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError: taken += 1
+                fd3 = os.open(path + ".ofd", os.O_RDWR)
+                try: fcntl.fcntl(fd3, fcntl.F_OFD_SETLK, __import__("struct").pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+                except OSError: taken += 1
+                print("taken", taken)
+                mark("widget.tried")
+                fcntl.flock(fd, fcntl.LOCK_EX)             # blocks until the app lets go
+                print("flock after release")
+            # Both write one WAL database at once.
+            db = sqlite3.connect(os.path.join(group, "shared.sqlite"), timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS t(who TEXT, n INTEGER, pad TEXT)")
+            for n in range(300):
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("INSERT INTO t VALUES(?, ?, ?)", (me, n, "x" * 200))
+                db.execute("COMMIT")
+                if n % 50 == 0: db.execute("SELECT count(*) FROM t").fetchone()
+            db.close()
+            print("done")
+            """#
+        let app = try device.start(device.app, ["python3", "-c", script, "app", "widget"])
+        let widget = try device.start(device.widget, ["python3", "-c", script, "widget", "app"])
+        #expect(waitForFile(device.groupStore + "/app.up") && waitForFile(device.groupStore + "/widget.up"))
+        #expect(containerMounts(of: device.groupStore).count == 1, "one mount of the group for both runs")
+        let appResult = app.wait(seconds: 120), widgetResult = widget.wait(seconds: 120)
+        #expect(appResult.status == 0 && appResult.stdout == "done\n", "\(appResult)")
+        #expect(widgetResult.status == 0 && widgetResult.stdout == "taken 3\nflock after release\ndone\n", "\(widgetResult)")
+        let check = try runProgram([containerfsBinary, "run", device.widget, "--", "sqlite3", GroupDevice.inside + "/shared.sqlite",
+                                    "PRAGMA integrity_check; SELECT who, count(*) FROM t GROUP BY who ORDER BY who;"])
+        #expect(check.stdout == "ok\napp|300\nwidget|300\n", "\(check)")
+        #expect(containerMounts(of: device.groupStore) == [], "the last run unmounts the group")
+    }
+
+    @Test func aMissingOrForeignGroupIsOneLine() throws {
+        let device = try GroupDevice()
+        _ = try runProgram(["rm", "-rf", device.groupStore])
+        let result = try runProgram([containerfsBinary, "run", device.app, "--", "true"])
+        #expect(result.status == 1 && result.stderr.contains("create-group") && result.stderr.split(separator: "\n").count == 1, "\(result)")
+        let update = try containerfs(["update", device.app, "--bundle", device.base + "/Demo.app", "--group", GroupDevice.group, "--group", "group.b"])
+        #expect(update.status == 0, "\(update)")
+        #expect(FileManager.default.fileExists(atPath: device.groupStore + "/Library/Caches"))
+        #expect(FileManager.default.fileExists(atPath: device.device + "/group.b/Library/Preferences"))
+        let both = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", "echo $APP_GROUPS; ls /groups"])
+        #expect(both.stdout == "\(GroupDevice.group):group.b\ngroup.b\n\(GroupDevice.group)\n", "\(both)")
+        // A symlink in the device folder in place of the group leads nowhere.
+        let elsewhere = device.base + "/elsewhere"
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        #expect(try containerfs(["create-group", elsewhere + "/" + GroupDevice.group]).status == 0)
+        _ = try runProgram(["rm", "-rf", device.groupStore])
+        try FileManager.default.createSymbolicLink(atPath: device.groupStore, withDestinationPath: elsewhere + "/" + GroupDevice.group)
+        let planted = try runProgram([containerfsBinary, "run", device.app, "--", "true"])
+        #expect(planted.status == 1 && planted.stderr.contains("not a folder") && planted.stderr.split(separator: "\n").count == 1, "\(planted)")
+        #expect(containerMounts(of: elsewhere + "/" + GroupDevice.group) == [])
+        let clash = try containerfs(["create", device.device + "/X", "--bundle", device.base + "/Demo.app", "--group", "group.a-b", "--group", "group.a.b"])
+        #expect(clash.status == 64, "\(clash)")
+    }
+
+    // MARK: Suspension and 0xdead10cc
+
+    /// sqlite3 inside a write transaction on a database in the group when the app is
+    /// suspended: killed, one line naming the file and the code, status 204.
+    @Test func sqliteHoldingAWriteTransactionInTheGroupIsKilledAtSuspension() throws {
+        let device = try GroupDevice()
+        let program = #"(printf 'CREATE TABLE t(x);\nBEGIN IMMEDIATE;\nINSERT INTO t VALUES(1);\n'; sleep 20; printf 'COMMIT;\n') | sqlite3 "$APP_GROUP_COM_EXAMPLE_SHARED/shared.sqlite"; echo not-killed"#
+        let started = Date()
+        let result = try runProgram([containerfsBinary, "run", device.app, "--suspend-after", "1s", "--", "sh", "-c", program])
+        #expect(result.status == 204, "\(result)")
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].contains("0xdead10cc") && lines[0].contains(GroupDevice.inside + "/shared.sqlite"), "\(result)")
+        #expect(!result.stdout.contains("not-killed"))
+        #expect(Date().timeIntervalSince(started) < 15, "killed at suspension, not at the end")
+        #expect(containerMounts(of: device.groupStore) == [] && containerMounts(of: device.app) == [])
+    }
+
+    /// The same program committing before the suspension survives it and ends normally;
+    /// so does one holding a lock only in its own container.
+    @Test func aProgramHoldingNoSharedLockSurvivesSuspension() throws {
+        let device = try GroupDevice()
+        let committed = #"printf 'CREATE TABLE t(x);\nBEGIN IMMEDIATE;\nINSERT INTO t VALUES(1);\nCOMMIT;\n' | sqlite3 "$APP_GROUP_COM_EXAMPLE_SHARED/shared.sqlite"; flock Documents/own.lock sleep 2; echo survived"#
+        let result = try runProgram([containerfsBinary, "run", device.app, "--suspend-after", "0.5s", "--resume-after", "0.5s", "--", "sh", "-c", committed])
+        #expect(result.status == 0 && result.stdout == "survived\n", "\(result)")
+        #expect(result.stderr.contains("suspended the program") && !result.stderr.contains("0xdead10cc"), "\(result)")
+        let rows = try runProgram(["sqlite3", device.groupStore + "/shared.sqlite", "SELECT count(*) FROM t"])
+        #expect(rows.stdout == "1\n")
+    }
+
+    /// `containerfs suspend` and `resume` from another shell, with the widget running meanwhile.
+    @Test func suspendAndResumeCommands() throws {
+        let device = try GroupDevice()
+        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/app.up"; sleep 2; echo resumed"#])
+        #expect(waitForFile(device.groupStore + "/app.up"))
+        let suspended = try containerfs(["suspend", device.app])
+        #expect(suspended.status == 0 && suspended.stdout.contains("suspended"), "\(suspended)")
+        let states = try runProgram(["sh", "-c", "for p in $(pgrep -u _containerfs -xf 'sleep 2'); do ps -o stat= -p $p; done"])
+        #expect(states.stdout.contains("T"), "stopped: \(states)")
+        #expect(try containerfs(["resume", device.app]).status == 0)
+        let result = app.wait()
+        #expect(result.status == 0 && result.stdout == "resumed\n", "\(result)")
+
+        let widget = try device.start(device.widget, ["sh", "-c", #"exec flock "$APP_GROUP_COM_EXAMPLE_SHARED/g.lock" sh -c 'touch "$APP_GROUP_COM_EXAMPLE_SHARED/locked"; sleep 30'"#])
+        #expect(waitForFile(device.groupStore + "/locked"))
+        let killed = try containerfs(["suspend", device.widget])
+        #expect(killed.stdout.contains("0xdead10cc") && killed.stdout.contains(GroupDevice.inside + "/g.lock"), "\(killed)")
+        let ended = widget.wait()
+        #expect(ended.status == 204 && ended.stderr.contains("0xdead10cc"), "\(ended)")
+        let none = try containerfs(["suspend", device.widget])
+        #expect(none.status == 1 && none.stderr.contains("no program runs"), "\(none)")
+    }
+
+    // MARK: One device
+
+    /// Locking the app's device locks its group: a complete file there becomes unreadable
+    /// to the running app at once; unlocking the device folder brings it back.
+    @Test func theDeviceLockActsOnTheGroup() throws {
+        let device = try GroupDevice()
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/secret.txt"))
+        #expect(try containerfs(["protect", device.groupStore + "/secret.txt", "--class", "complete"]).status == 0)
+        let program = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; cat $G/secret.txt; touch $G/up; while cat $G/secret.txt >/dev/null 2>&1; do sleep 0.05; done; echo locked-out; touch $G/denied; while ! cat $G/secret.txt 2>/dev/null; do sleep 0.05; done"#
+        let app = try device.start(device.app, ["sh", "-c", program])
+        #expect(waitForFile(device.groupStore + "/up"))
+        let locked = try containerfs(["lock", device.app])
+        #expect(locked.status == 0 && locked.stdout.contains(device.groupStore + ": locked"), "\(locked)")
+        #expect(waitForFile(device.groupStore + "/denied"))
+        let unlocked = try containerfs(["unlock", device.device])
+        #expect(unlocked.status == 0 && unlocked.stdout.contains(device.groupStore + ": unlocked") && unlocked.stdout.contains(device.app + ": unlocked"), "\(unlocked)")
+        let result = app.wait()
+        #expect(result.status == 0 && result.stdout == "secret\nlocked-out\nsecret\n", "\(result)")
+        let audit = try containerfs(["audit", device.groupStore])
+        #expect(audit.stdout.contains("protectedDataUnavailable"), "\(audit)")
+    }
+
+    /// Purge and usage take the device: the group's caches go with the apps'; a group with a
+    /// capacity is a full disk to every member.
+    @Test func purgeUsageAndCapacityReachTheGroup() throws {
+        let device = try GroupDevice()
+        try Data(count: 4096).write(to: URL(fileURLWithPath: device.groupStore + "/Library/Caches/thumb.png"))
+        try Data(count: 4096).write(to: URL(fileURLWithPath: device.app + "/Library/Caches/app.bin"))
+        try Data("keep\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/Library/keep.plist"))
+        let usage = try containerfs(["usage", device.device, "--json"])
+        #expect(usage.status == 0 && usage.stdout.contains(device.groupStore), "\(usage)")
+        let purged = try containerfs(["purge", device.app, "--caches", "--all"])
+        #expect(purged.status == 0, "\(purged)")
+        #expect(!FileManager.default.fileExists(atPath: device.groupStore + "/Library/Caches/thumb.png"), "\(purged)")
+        #expect(!FileManager.default.fileExists(atPath: device.app + "/Library/Caches/app.bin"))
+        #expect(FileManager.default.fileExists(atPath: device.groupStore + "/Library/keep.plist"))
+        #expect(try containerfs(["capacity", device.groupStore, "1M"]).status == 0)
+        let full = try runProgram([containerfsBinary, "run", device.widget, "--", "sh", "-c", #"dd if=/dev/zero of="$APP_GROUP_COM_EXAMPLE_SHARED/big" bs=64k count=64 2>&1; df -k "$APP_GROUP_COM_EXAMPLE_SHARED" | tail -1"#])
+        #expect(full.stdout.contains("No space left on device"), "\(full)")
+    }
+
+    /// A group's backup holds its root and Library but not its caches; restored without a
+    /// bundle beside its apps, members find it whole; an app's archive is not a group's.
+    @Test func backupAndRestoreOfTheGroupKeepItWhole() throws {
+        let device = try GroupDevice()
+        let write = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; sqlite3 $G/shared.sqlite 'PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1),(2),(3);' >/dev/null; echo pref > $G/Library/Preferences/group.plist; echo cache > $G/Library/Caches/c.bin"#
+        #expect(try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", write]).status == 0)
+        let archive = device.base + "/group.tar", appArchive = device.base + "/app.tar"
+        let listed = try containerfs(["backup", device.groupStore, "--list"])
+        #expect(listed.stdout.contains("shared.sqlite") && listed.stdout.contains("Library/Preferences/group.plist") && !listed.stdout.contains("c.bin"), "\(listed)")
+        #expect(try containerfs(["backup", device.groupStore, archive]).status == 0)
+        #expect(try containerfs(["backup", device.app, appArchive]).status == 0)
+        let restoredDevice = device.base + "/restored"
+        try FileManager.default.createDirectory(atPath: restoredDevice, withIntermediateDirectories: true)
+        let wrong = try containerfs(["restore", appArchive, restoredDevice + "/" + GroupDevice.group])
+        #expect(wrong.status == 64, "\(wrong)")
+        let restored = try containerfs(["restore", archive, restoredDevice + "/" + GroupDevice.group])
+        #expect(restored.status == 0, "\(restored)")
+        #expect(try containerfs(["restore", appArchive, restoredDevice + "/App", "--bundle", device.base + "/Demo.app", "--group", GroupDevice.group]).status == 0)
+        let check = try runProgram([containerfsBinary, "run", restoredDevice + "/App", "--", "sh", "-c",
+                                    #"G=$APP_GROUP_COM_EXAMPLE_SHARED; sqlite3 $G/shared.sqlite 'PRAGMA integrity_check; SELECT count(*) FROM t;'; cat $G/Library/Preferences/group.plist; ls $G/Library/Caches"#])
+        #expect(check.status == 0 && check.stdout == "ok\n3\npref\n", "\(check)")
+    }
+}
