@@ -129,8 +129,16 @@ struct GroupTests {
                 print("flock after release")
             # Both write one WAL database at once.
             db = sqlite3.connect(os.path.join(group, "shared.sqlite"), timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS t(who TEXT, n INTEGER, pad TEXT)")
+            # Switching to WAL needs the database to itself: the other program may hold it a
+            # moment, and SQLite then answers "locked" at once, without waiting (both try).
+            for attempt in range(200):
+                try:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute("CREATE TABLE IF NOT EXISTS t(who TEXT, n INTEGER, pad TEXT)")
+                    break
+                except sqlite3.OperationalError:
+                    if attempt == 199: raise
+                    time.sleep(0.05)
             for n in range(300):
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("INSERT INTO t VALUES(?, ?, ?)", (me, n, "x" * 200))
