@@ -828,7 +828,8 @@ def main():
     parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", "0")),
                         help="runs per figure (default 3, quick 1; also BENCH_RUNS)")
     parser.add_argument("--targets", default=os.environ.get("BENCH_TARGETS", "native,bindfs,passthrough_hp,cfs-documents,cfs-caches,cfs-uring"),
-                        help="comma-separated subset of native,bindfs,passthrough_hp,cfs-documents,cfs-caches,cfs-uring")
+                        help="comma-separated subset of native,bindfs,passthrough_hp,cfs-documents,cfs-caches,cfs-uring, "
+                             "and cfs-power (Documents with -o power-loss; not in the default set)")
     parser.add_argument("--root", default=os.environ.get("BENCH_ROOT", "/var/tmp/cfs-bench"),
                         help="scratch folder on the disk under test (emptied first)")
     parser.add_argument("--output", default=os.environ.get("BENCH_OUTPUT"),
@@ -884,6 +885,9 @@ def main():
     every["cfs-documents"] = lambda: Containerfs(device, "Documents", "containerfs-documents", "containerfs Documents")
     every["cfs-caches"] = lambda: Containerfs(device, "Library/Caches", "containerfs-caches", "containerfs Library/Caches")
     every["cfs-uring"] = lambda: Containerfs(rings, "Documents", "containerfs-uring", "containerfs Documents io_uring")
+    # Opt-in: a third mount with the power-loss mode (docs/power-loss.md), for its cost.
+    durable = ContainerfsMount(root, binary, "cfs-power", "nouring,power-loss" + extra)
+    every["cfs-power"] = lambda: Containerfs(durable, "Documents", "containerfs-power", "containerfs Documents power-loss")
     if args.base:
         # Same options but io_uring's: the base may predate -o uring/nouring.
         base = ContainerfsMount(root, os.path.abspath(args.base), "cfs-base", args.options)
