@@ -160,8 +160,8 @@ public struct PowerCutReport: Codable, Equatable, Sendable {
     /// Names put back as they were durable: created ones removed, removed ones restored,
     /// renamed ones moved back.
     public var names = 0
-    /// Changes the model could not keep track of (a file the daemon could not read to save
-    /// its durable content): they stayed.
+    /// Files whose durable data the cut could not put back (the daemon could not write
+    /// them): their changes stayed. A change that cannot be recorded is refused instead.
     public var untracked = 0
 
     public init(files: Int = 0, bytes: Int64 = 0, names: Int = 0, untracked: Int = 0) {
@@ -177,7 +177,7 @@ public struct PowerCutReport: Codable, Equatable, Sendable {
         if files > 0 { parts.append("\(files) file\(files == 1 ? "" : "s") (\(bytes) byte\(bytes == 1 ? "" : "s"))") }
         if names > 0 { parts.append("\(names) name\(names == 1 ? "" : "s")") }
         var text = parts.isEmpty ? "nothing to drop" : "dropped " + parts.joined(separator: ", ")
-        if untracked > 0 { text += "; \(untracked) change\(untracked == 1 ? "" : "s") could not be tracked and stayed" }
+        if untracked > 0 { text += "; \(untracked) change\(untracked == 1 ? "" : "s") could not be undone and stayed" }
         return text
     }
 

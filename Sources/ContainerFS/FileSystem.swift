@@ -413,7 +413,7 @@ final class FileSystem: @unchecked Sendable {
         try checkSpaceForCreation(exists: { nodeBeforeRemoval(directory, name) != nil })
         try useUmask(of: caller)
         let permitted = permittedMode(mode, type: S_IFREG)
-        let fd = try trackingNames(directory, childName, nil, { if flags & O_TRUNC != 0 { recordTruncation(directory, name) } }) { () throws(Errno) in
+        let fd = try trackingNames(directory, childName, nil, { () throws(Errno) in if flags & O_TRUNC != 0 { try recordTruncation(directory, name) } }) { () throws(Errno) in
             try countingFolderGrowth(directory) { () throws(Errno) in
                 try inodes.withDescriptor(directory) { directoryFD throws(Errno) in
                     try inodes.exhaustible { openat(directoryFD, name, storeFlags(flags) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, permitted) }

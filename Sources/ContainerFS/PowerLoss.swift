@@ -26,6 +26,14 @@ final class PowerLoss: @unchecked Sendable {
     private let state = Mutex(State())
     /// `.containerfs/power-loss`: hard links of removed nodes, folders held during a cut.
     private let journalFD: Int32
+    /// An unnamed file of the journal folder: the durable bytes that changes overwrote,
+    /// each file's pieces one after the other.
+    private let savedBytesFD: Int32
+    /// Records of changed files at most: half the daemon's descriptors, so that opening
+    /// files still works when a program changes more files between two syncs than that.
+    private let recordLimit: Int
+    /// Descriptors held back for the cut, which opens a few to put the durable state back.
+    private var reserve: [Int32] = []
     /// Set by the cut: from then on every change fails with `EIO`, as a disk without power.
     private let dead = Atomic<Bool>(false)
 
@@ -34,21 +42,30 @@ final class PowerLoss: @unchecked Sendable {
     let model: Durability.NameModel
 
     fileprivate struct FileRecord {
-        /// An `O_PATH` descriptor of the node, to find it again whatever its names.
+        /// An `O_PATH` descriptor of the node, to find it again whatever its names: the
+        /// record's only descriptor, so that the thousands of files a program may change
+        /// between two syncs do not run the daemon out of them.
         var node: Int32
-        /// A descriptor that reads it, to save its durable bytes.
-        var reader: Int32
-        /// The unnamed copy holding the saved bytes at their offsets.
-        var copy: Int32
         var durableSize: Int64
+        /// The durable bytes saved, by their offsets in the file…
         var saved = ByteRanges()
+        /// …and where each piece of them is in the journal's saved-bytes file.
+        var pieces: [SavedPiece] = []
         /// Synced, nothing changed since: kept open for the file's next change (a database
         /// written and synced in turns), up to `cleanKept` such records.
         var clean = false
     }
 
-    /// Records of synced files kept open, at most: three descriptors each.
+    fileprivate struct SavedPiece {
+        var range: Range<Int64>
+        /// Its offset in the saved-bytes file.
+        var at: Int64
+    }
+
+    /// Records of synced files kept open, at most.
     static let cleanKept = 64
+    /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE` (linux/falloc.h, stable ABI).
+    fileprivate static let punchHole: Int32 = 0x02 | 0x01
 
     private enum DurableName {
         case absent
@@ -72,14 +89,35 @@ final class PowerLoss: @unchecked Sendable {
         var files: [InodeKey: FileRecord] = [:]
         var folders: [InodeKey: FolderRecord] = [:]
         var links = 0
-        var untracked = 0
         var cleanCount = 0
+        /// The end of the saved-bytes file, where the next piece goes.
+        var savedEnd: Int64 = 0
+        /// Pieces that records hold there: none, and the file is emptied.
+        var savedPieces = 0
 
-        /// Forgets the record of `key`, closing its descriptors.
-        mutating func drop(_ key: InodeKey) {
-            guard let record = files.removeValue(forKey: key) else { return }
+        /// Forgets the record of `key`, closing its descriptor and freeing its pieces.
+        mutating func drop(_ key: InodeKey, savedBytes: Int32) {
+            guard var record = files.removeValue(forKey: key) else { return }
             if record.clean { cleanCount -= 1 }
-            PowerLoss.release(record)
+            forget(&record, savedBytes: savedBytes)
+            close(record.node)
+        }
+
+        /// Frees the pieces `record` saved, which no longer matter.
+        mutating func forget(_ record: inout FileRecord, savedBytes: Int32) {
+            guard !record.pieces.isEmpty else { return }
+            savedPieces -= record.pieces.count
+            if savedPieces == 0 {
+                _ = ftruncate(savedBytes, 0)
+                savedEnd = 0
+            } else {
+                for piece in record.pieces {
+                    _ = clinux_fallocate(savedBytes, PowerLoss.punchHole,
+                                  off_t(piece.at), off_t(piece.range.upperBound - piece.range.lowerBound))
+                }
+            }
+            record.pieces = []
+            record.saved = ByteRanges()
         }
     }
 
@@ -88,9 +126,15 @@ final class PowerLoss: @unchecked Sendable {
         self.model = model
         Self.clear(store)
         _ = withCName(Self.journalName) { mkdirat(store.stateFD, $0, 0o700) }
-        journalFD = try withCName(Self.journalName) { (name) throws(Errno) in
+        let journalFD = try withCName(Self.journalName) { (name) throws(Errno) in
             try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         }
+        self.journalFD = journalFD
+        savedBytesFD = try sys { openat(journalFD, ".", clinux_O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600) }
+        var limit = rlimit()
+        getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+        recordLimit = Int(max(16, min(limit.rlim_cur / 2, 1 << 20)))
+        reserve = (0..<4).map { _ in fcntl(journalFD, F_DUPFD_CLOEXEC, 0) }.filter { $0 >= 0 }
     }
 
     /// Removes a journal folder left by a daemon killed for real: the store is as written.
@@ -110,61 +154,80 @@ final class PowerLoss: @unchecked Sendable {
         return try body()
     }
 
-    /// Before `change` to the data of the file `key`, open (or reachable) at `fd`.
-    func changing(_ key: InodeKey, fd: Int32, _ change: Durability.Change) {
-        state.withLock { state in
-            if state.files[key] == nil {
-                guard let record = startRecord(fd) else { state.untracked += 1; return }
-                state.files[key] = record
-            }
-            guard var record = state.files[key] else { return }
+    /// Before `change` to the data of the file `key`, open (or reachable) at `fd`: saves
+    /// what the change alters of the durable state. Throws if it cannot, and the change must
+    /// then be refused: let through, a cut after it would leave a state no disk could hold.
+    func changing(_ key: InodeKey, fd: Int32, _ change: Durability.Change) throws(Errno) {
+        try state.withLock { (state) throws(Errno) in
+            var record: FileRecord
+            if let existing = state.files[key] { record = existing } else { record = try startRecord(fd, &state) }
+            defer { state.files[key] = record }
             if record.clean {
                 record.clean = false
                 state.cleanCount -= 1
             }
-            let range = Durability.overwritten(by: change, durableSize: record.durableSize)
-            for missing in record.saved.missing(from: range) {
-                // Not saved: the change goes ahead, and the cut will count it as untracked.
-                guard Self.copy(from: record.reader, to: record.copy, missing) else { state.untracked += 1; break }
-                record.saved.insert(missing)
+            let missing = record.saved.missing(from: Durability.overwritten(by: change, durableSize: record.durableSize))
+            guard !missing.isEmpty else { return }
+            try Self.withReader(fd, node: record.node) { (reader) throws(Errno) in
+                for range in missing {
+                    let count = try Self.copy(from: reader, range, to: savedBytesFD, at: state.savedEnd)
+                    if count > 0 {
+                        record.pieces.append(SavedPiece(range: range.lowerBound ..< range.lowerBound + count, at: state.savedEnd))
+                        state.savedPieces += 1
+                        state.savedEnd += count
+                    }
+                    record.saved.insert(range)   // past the end of the file: nothing to keep
+                }
             }
-            state.files[key] = record
         }
     }
 
-    private func startRecord(_ fd: Int32) -> FileRecord? {
+    private func startRecord(_ fd: Int32, _ state: inout State) throws(Errno) -> FileRecord {
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return nil }
-        let node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
-        let reader = clinux_reopen(fd, O_RDONLY | O_CLOEXEC)
-        let copy = openat(journalFD, ".", clinux_O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600)
-        guard node >= 0, reader >= 0, copy >= 0 else {
-            for each in [node, reader, copy] where each >= 0 { close(each) }
-            return nil
+        try sys { fstat(fd, &info) }
+        if state.files.count >= recordLimit { dropCleanRecords(&state) }
+        guard state.files.count < recordLimit else { throw Errno(EMFILE) }
+        var node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
+        if node < 0, errno == EMFILE || errno == ENFILE {
+            dropCleanRecords(&state)
+            node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         }
-        return FileRecord(node: node, reader: reader, copy: copy, durableSize: Int64(info.st_size))
+        guard node >= 0 else { throw Errno.current }
+        return FileRecord(node: node, durableSize: Int64(info.st_size))
     }
 
-    /// Copies `range` of `source` to the same offsets of `target`; false if it cannot.
-    private static func copy(from source: Int32, to target: Int32, _ range: Range<Int64>) -> Bool {
+    /// The records of synced files are only kept in case they change again.
+    private func dropCleanRecords(_ state: inout State) {
+        for (key, record) in state.files where record.clean { state.drop(key, savedBytes: savedBytesFD) }
+    }
+
+    /// Runs `body` with a descriptor that reads the file: `fd` if it was opened for reading,
+    /// else one opened again from `node`. A daemon that may not read the file (mode 0200,
+    /// not root) cannot have one: `EACCES`.
+    private static func withReader<R>(_ fd: Int32, node: Int32, _ body: (Int32) throws(Errno) -> R) throws(Errno) -> R {
+        let flags = fcntl(fd, F_GETFL)
+        if flags >= 0, flags & clinux_O_PATH == 0, flags & O_ACCMODE != O_WRONLY { return try body(fd) }
+        let reader = try sys { clinux_reopen(node, O_RDONLY | O_CLOEXEC) }
+        defer { close(reader) }
+        return try body(reader)
+    }
+
+    /// Copies `range` of `source` to `target` from offset `at`; returns the bytes copied,
+    /// fewer if the file is shorter.
+    private static func copy(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64) throws(Errno) -> Int64 {
         var buffer = [UInt8](repeating: 0, count: Int(min(1 << 20, range.upperBound - range.lowerBound)))
-        var offset = range.lowerBound
-        while offset < range.upperBound {
-            let wanted = Int(min(Int64(buffer.count), range.upperBound - offset))
-            let count = buffer.withUnsafeMutableBytes { pread(source, $0.baseAddress, wanted, off_t(offset)) }
-            if count < 0, errno == EINTR { continue }
-            if count < 0 { return false }
-            if count == 0 { return true }   // the file is shorter: nothing more to keep
+        var copied: Int64 = 0
+        while copied < range.upperBound - range.lowerBound {
+            let wanted = Int(min(Int64(buffer.count), range.upperBound - range.lowerBound - copied))
+            let count = try sys { buffer.withUnsafeMutableBytes { pread(source, $0.baseAddress, wanted, off_t(range.lowerBound + copied)) } }
+            if count == 0 { break }   // the file is shorter: nothing more to keep
             var written = 0
             while written < count {
-                let result = buffer.withUnsafeBytes { pwrite(target, $0.baseAddress! + written, count - written, off_t(offset) + off_t(written)) }
-                if result < 0, errno == EINTR { continue }
-                if result <= 0 { return false }
-                written += result
+                written += try sys { buffer.withUnsafeBytes { pwrite(target, $0.baseAddress! + written, count - written, off_t(at + copied) + off_t(written)) } }
             }
-            offset += Int64(count)
+            copied += Int64(count)
         }
-        return true
+        return copied
     }
 
     /// Before the name `name` of the folder `folderKey` (reachable at `folderFD`) changes.
@@ -238,16 +301,16 @@ final class PowerLoss: @unchecked Sendable {
                 var info = stat()
                 if fstat(record.node, &info) == 0 {
                     record.durableSize = Int64(info.st_size)
-                    record.saved = ByteRanges()
+                    state.forget(&record, savedBytes: savedBytesFD)
                     record.clean = true
                     state.files[key] = record
                     state.cleanCount += 1
                     if state.cleanCount > Self.cleanKept,
                        let other = state.files.first(where: { $0.value.clean && $0.key != key })?.key {
-                        state.drop(other)
+                        state.drop(other, savedBytes: savedBytesFD)
                     }
                 } else {
-                    state.drop(key)
+                    state.drop(key, savedBytes: savedBytesFD)
                 }
             }
             if model == .ext4 { namesDurable(Array(state.folders.keys), &state) }
@@ -276,15 +339,9 @@ final class PowerLoss: @unchecked Sendable {
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
-            for moved in record.ordered { state.drop(moved) }
+            for moved in record.ordered { state.drop(moved, savedBytes: savedBytesFD) }
             release(record)
         }
-    }
-
-    fileprivate static func release(_ record: FileRecord) {
-        close(record.node)
-        close(record.reader)
-        close(record.copy)
     }
 
     private func release(_ record: FolderRecord) {
@@ -319,8 +376,10 @@ final class PowerLoss: @unchecked Sendable {
         if dead.load(ordering: .acquiring) { return (PowerCutReport(), []) }
         var changed: [Changed] = []
         dead.store(true, ordering: .releasing)
+        reserve.forEach { close($0) }
+        reserve = []
         return state.withLock { state in
-            var report = PowerCutReport(untracked: state.untracked)
+            var report = PowerCutReport()
             // 1. Durable folders still present are moved aside, so that removing what is
             //    not durable cannot take them (with what is durable inside them).
             var held: [InodeKey: [UInt8]] = [:]
@@ -356,27 +415,47 @@ final class PowerLoss: @unchecked Sendable {
             // 3. Each file's data as it was durable, wherever its names are now.
             for (key, record) in state.files where !record.clean {
                 var info = stat()
+                defer { close(record.node) }   // one descriptor freed for the next
                 guard fstat(record.node, &info) == 0, info.st_nlink > 0 else { continue }
-                let writer = clinux_reopen(record.node, O_WRONLY | O_CLOEXEC)
-                guard writer >= 0 else { report.untracked += 1; continue }
+                guard let writer = Self.writer(record.node, info) else { report.untracked += 1; continue }
                 var restored = true
-                for range in record.saved.ranges where !Self.copy(from: record.copy, to: writer, range) { restored = false }
+                for piece in record.pieces {
+                    let count = piece.range.upperBound - piece.range.lowerBound
+                    if (try? Self.copy(from: savedBytesFD, piece.at ..< piece.at + count, to: writer, at: piece.range.lowerBound)) != count {
+                        restored = false
+                    }
+                }
                 if ftruncate(writer, off_t(record.durableSize)) != 0 { restored = false }
                 close(writer)
                 if !restored { report.untracked += 1 }
+                let putBack = record.pieces.reduce(Int64(0)) { $0 + ($1.range.upperBound - $1.range.lowerBound) }
                 let grown = max(0, Int64(info.st_size) - record.durableSize)
-                if record.saved.count > 0 || grown > 0 || Int64(info.st_size) != record.durableSize {
+                if putBack > 0 || Int64(info.st_size) != record.durableSize {
                     report.files += 1
-                    report.bytes += record.saved.count + grown
+                    report.bytes += putBack + grown
                 }
                 changed.append(.data(key))
             }
-            for record in state.files.values { Self.release(record) }
+            for record in state.files.values where record.clean { close(record.node) }
             for record in state.folders.values { release(record) }
             state = State()
+            _ = ftruncate(savedBytesFD, 0)
             removeContents(of: journalFD)
             return (report, changed)
         }
+    }
+
+    /// A descriptor that writes the file open at `node` (`O_PATH`), whose status is `info`.
+    /// A file its owner made read-only since is made writable for the moment it takes to
+    /// open it: nothing else changes during a cut.
+    private static func writer(_ node: Int32, _ info: stat) -> Int32? {
+        let fd = clinux_reopen(node, O_WRONLY | O_CLOEXEC)
+        if fd >= 0 { return fd }
+        let mode = info.st_mode & 0o7777
+        guard errno == EACCES, clinux_fchmod_path_fd(node, mode | S_IWUSR) == 0 else { return nil }
+        let reopened = clinux_reopen(node, O_WRONLY | O_CLOEXEC)
+        _ = clinux_fchmod_path_fd(node, mode)
+        return reopened >= 0 ? reopened : nil
     }
 
     /// Moves the folder open at `fd` (`O_PATH`) to `name` in `target`, found by its
@@ -472,10 +551,33 @@ extension FileSystem {
         guard let powerLoss else { return try body() }
         return try powerLoss.change({ () throws(Errno) in
             guard let change, node.type == S_IFREG else { return }
-            if let fd { powerLoss.changing(node.key, fd: fd, change) }
-            else { try inodes.withDescriptor(node) { fd in powerLoss.changing(node.key, fd: fd, change) } }
+            if let fd { try recordChange(node.key, fd, change) }
+            else { try inodes.withDescriptor(node) { fd throws(Errno) in try recordChange(node.key, fd, change) } }
         }, body)
     }
+
+    /// Saves what `change` alters of the durable data of the file `key`, open at `fd`. A
+    /// change that cannot be recorded is refused, with `ENOSPC` or `EDQUOT` as the disk
+    /// gave it, else with `EIO` (said once in the daemon's log): let through, the next cut
+    /// would leave a state no power failure could.
+    private func recordChange(_ key: InodeKey, _ fd: Int32, _ change: Durability.Change) throws(Errno) {
+        guard let powerLoss else { return }
+        var failure: Errno
+        do { return try powerLoss.changing(key, fd: fd, change) } catch { failure = error }
+        if failure.code == EMFILE || failure.code == ENFILE {
+            inodes.shrink()
+            do { return try powerLoss.changing(key, fd: fd, change) } catch { failure = error }
+        }
+        if failure.code == ENOSPC || failure.code == EDQUOT { throw failure }
+        if !Self.reportedRefusal.exchange(true, ordering: .relaxed) {
+            let line = "containerfs: power-loss: a change to a file was refused with EIO: the daemon could not save its durable content (\(failure)). Give the daemon more descriptors (ulimit -Hn), or read access to the file.\n"
+            _ = line.withCString { Glibc.write(2, $0, strlen($0)) }
+            line.withCString { text in withVaList([text]) { vsyslog(LOG_WARNING, "%s", $0) } }
+        }
+        throw Errno(EIO)
+    }
+
+    private static let reportedRefusal = Atomic<Bool>(false)
 
     /// Before a rename of `name` in `from` to `newName` in `to`: a regular file renamed over
     /// another gets its data durable with the rename (`auto_da_alloc`).
@@ -529,13 +631,13 @@ extension FileSystem {
 extension FileSystem {
     /// Before `open(O_CREAT | O_TRUNC)` of `name` in `directory`: an existing file's data
     /// is about to be truncated.
-    func recordTruncation(_ directory: Inode, _ name: UnsafePointer<CChar>) {
-        guard let powerLoss else { return }
+    func recordTruncation(_ directory: Inode, _ name: UnsafePointer<CChar>) throws(Errno) {
+        guard powerLoss != nil else { return }
         let fd = (try? inodes.withDescriptor(directory) { directoryFD in openat(directoryFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }) ?? -1
-        guard fd >= 0 else { return }
+        guard fd >= 0 else { return }   // no file yet (or the open will say why)
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return }
-        powerLoss.changing(InodeKey(info), fd: fd, .truncate(to: 0))
+        try recordChange(InodeKey(info), fd, .truncate(to: 0))
     }
 }

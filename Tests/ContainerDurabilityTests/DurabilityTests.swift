@@ -82,7 +82,7 @@ struct DurabilityTests {
         #expect(PowerCutReport(files: 1, bytes: 1, names: 1).summary == "dropped 1 file (1 byte), 1 name")
         #expect(PowerCutReport(names: 2).summary == "dropped 2 names")
         #expect(PowerCutReport(files: 1, bytes: 10).summary == "dropped 1 file (10 bytes)")
-        #expect(PowerCutReport(untracked: 1).summary == "nothing to drop; 1 change could not be tracked and stayed")
+        #expect(PowerCutReport(untracked: 1).summary == "nothing to drop; 1 change could not be undone and stayed")
         #expect(PowerCutReport(wire: "1 2 3") == nil)
         #expect(PowerCutReport(wire: "1 -2 3 0") == nil)
         #expect(PowerCutReport(wire: "a b c d") == nil)

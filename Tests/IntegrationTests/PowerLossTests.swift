@@ -158,6 +158,49 @@ struct PowerLossTests {
         }
     }
 
+    /// A daemon with 256 descriptors, and 600 synced files rewritten without a sync: each
+    /// record holds one descriptor, and once they run out a change is refused with `EIO`
+    /// (said once in the daemon's log), never let through untracked; after the cut every
+    /// file holds its durable content.
+    @Test func changesBeyondTheDaemonsDescriptorsAreRefusedNotLetThrough() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
+                                            containerfsBinary, container.store, container.mountpoint])
+        let deadline = Date().addingTimeInterval(10)
+        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
+        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let script = #"""
+            import errno, os, sys
+            docs = sys.argv[1] + "/Documents"
+            for i in range(600):
+                with open(f"{docs}/f{i}", "w") as f:
+                    f.write(f"durable {i}"); f.flush(); os.fsync(f.fileno())
+            fd = os.open(docs, os.O_RDONLY); os.fsync(fd); os.close(fd)
+            changed = refused = 0
+            for i in range(600):
+                try:
+                    with open(f"{docs}/f{i}", "r+") as f: f.write("CHANGED")
+                    changed += 1
+                except OSError as e:
+                    assert e.errno == errno.EIO, e
+                    refused += 1
+            print(changed, refused)
+            """#
+        let result = try runProgram(["python3", "-c", script, container.mountpoint])
+        #expect(result.status == 0, "\(result)")
+        let counts = result.stdout.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+        #expect(counts.count == 2 && counts[0] > 100 && counts[1] > 0, "changed, refused: \(result.stdout)")
+        let report = try Self.cut(container)
+        #expect(!report.contains("could not"), "\(report)")
+        let kept = (0..<600).filter { Self.stored(container, "f\($0)") == "durable \($0)" }.count
+        #expect(kept == 600, "\(kept) of 600 files hold their durable content; \(report)")
+        container.unmount()
+        let log = daemon.wait(seconds: 10).stderr
+        #expect(log.components(separatedBy: "power-loss: a change to a file was refused").count == 2, "daemon log: \(log)")
+        print("power-loss descriptors: changed, refused: \(result.stdout)", terminator: "")
+    }
+
     // MARK: Launches: run --power-cut, --kill
 
     /// A store (not mounted: `run` mounts it), with `programs` written beside it.

@@ -204,6 +204,51 @@ struct UserTests {
     }
 }
 
+extension UserTests {
+    /// An ordinary user's `power-loss` daemon may not read a file its owner made write-only
+    /// (mode 0200): a change that needs the file's durable bytes saved is refused with `EIO`
+    /// rather than let through untracked, an append (which needs nothing saved) goes ahead,
+    /// and the cut puts the durable content back.
+    @Test func aPowerLossMountRefusesAChangeItCannotRecord() throws {
+        try requireUsers()
+        let container = try MountedContainer(user: Self.alice)
+        defer {
+            if mountInfoLine(container.mountpoint) != nil { _ = try? containerfs(["unmount", container.mountpoint], user: Self.alice) }
+            if mountInfoLine(container.mountpoint) != nil { _ = try? runProgram(["fusermount3", "-uz", container.mountpoint]) }
+        }
+        let mounted = try containerfs(["mount", "-o", "power-loss", container.store, container.mountpoint], user: Self.alice)
+        try #require(mounted.status == 0, "mount as alice: \(mounted)")
+        let script = #"""
+            import errno, os, sys
+            path = sys.argv[1] + "/Documents/secret"
+            with open(path, "w") as f: f.write("durable")
+            os.chmod(path, 0o200)
+            for name, flags in [(path, os.O_WRONLY), (os.path.dirname(path), os.O_RDONLY)]:
+                fd = os.open(name, flags); os.fsync(fd); os.close(fd)
+            def attempt(label, flags, data):
+                try:
+                    fd = os.open(path, flags)
+                    if data: os.write(fd, data)
+                    os.close(fd)
+                    print(label, "ok")
+                except OSError as e:
+                    print(label, errno.errorcode[e.errno])
+            attempt("append", os.O_WRONLY | os.O_APPEND, b" and more")
+            attempt("rewrite", os.O_WRONLY, b"X")
+            attempt("truncate", os.O_WRONLY | os.O_TRUNC, None)
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint], user: Self.alice, directory: "/")
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout == "append ok\nrewrite EIO\ntruncate EIO\n", "\(result)")
+        let cut = try containerfs(["power-cut", container.store], user: Self.alice)
+        #expect(cut.status == 0, "\(cut)")
+        #expect(cut.stdout.hasPrefix("power cut: dropped 1 file") && !cut.stdout.contains("could not"), "\(cut)")
+        #expect((try? String(contentsOfFile: container.stored("Documents/secret"), encoding: .utf8)) == "durable")
+        var info = stat()
+        #expect(lstat(container.stored("Documents/secret"), &info) == 0 && info.st_mode & 0o7777 == 0o200)
+    }
+}
+
 /// Lets everyone reach the mount point's parent folder (mkdtemp made it 0700), so that
 /// what stops another user is the mount itself; checks that it does reach.
 private func openToEveryone(_ container: MountedContainer) throws {
