@@ -321,20 +321,22 @@ final class FileSystem: @unchecked Sendable {
         return try entry(directory, name, childName, location)
     }
 
-    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+    /// Returns what the removal let go of, to close after the reply.
+    func unlink(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> InodeTable.Released {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "unlink", [(path(directory, childName), location)])
-        try remove(directory, name, childName, 0)
+        return try remove(directory, name, childName, 0)
     }
 
-    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) {
+    /// Returns what the removal let go of, to close after the reply.
+    func rmdir(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>) throws(Errno) -> InodeTable.Released {
         let (directory, childName, location) = try child(parent, name)
         try check(.delete(location), caller, "rmdir", [(path(directory, childName), location)])
-        try remove(directory, name, childName, AT_REMOVEDIR)
+        return try remove(directory, name, childName, AT_REMOVEDIR)
     }
 
     func rename(_ caller: Caller, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>,
-                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) {
+                _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>, _ flags: UInt32) throws(Errno) -> InodeTable.Released {
         guard flags & ~(clinux_RENAME_NOREPLACE | clinux_RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL) }
         let exchange = flags & clinux_RENAME_EXCHANGE != 0
         let (from, fromName, source) = try child(parent, name)
@@ -358,19 +360,20 @@ final class FileSystem: @unchecked Sendable {
                 try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
             }
         }
-        if let replaced { inodes.removed(replaced) }
+        let released = replaced.map { inodes.removed($0) } ?? InodeTable.Released()
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
+        return released
     }
 
-    /// Removes `name` from `directory`; a node that loses its last name closes its
+    /// Removes `name` from `directory`; a node that loses its last name lets go of its
     /// descriptor when no open file needs it, so its blocks are freed as natively.
-    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) {
+    private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> InodeTable.Released {
         let node = removing(directory, name, childName)
         try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
         } }
-        if let node { inodes.removed(node) }
+        return node.map { inodes.removed($0) } ?? InodeTable.Released()
     }
 
     /// The known node at `name` in `directory`, about to lose that name.

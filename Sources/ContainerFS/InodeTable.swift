@@ -567,26 +567,44 @@ final class InodeTable: @unchecked Sendable {
 
     /// After a name of `node` was removed: with no name left, its descriptor (and the
     /// passthrough backing file) go as soon as no open file needs them, so that its
-    /// blocks are freed when the last program closes it, as natively.
-    func removed(_ node: Inode) {
+    /// blocks are freed when the last program closes it, as natively. They are taken
+    /// from the node here and closed by the caller after its reply (`Released.close`):
+    /// the last close frees the blocks, which on ext4 waits for the discard, and the
+    /// program need not wait for that.
+    func removed(_ node: Inode) -> Released {
         var info = stat()
         let links = (try? withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }) == 0 ? info.st_nlink : 0
-        guard links == 0 else { return }
+        guard links == 0 else { return Released() }
         let (fd, free) = state.withLock { s -> (Int32, Bool) in
             node.unlinked = true
             guard node.openFiles == 0 else { return (-1, false) }
             node.pinned = false
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)
         }
-        if fd >= 0 { Glibc.close(fd) }
-        if free { closeBacking(node) }
+        return Released(descriptor: fd, backingID: free ? takeBacking(node) : 0)
+    }
+
+    /// What a removal let go of, closed once the reply is sent.
+    struct Released {
+        fileprivate var descriptor: Int32 = -1
+        fileprivate var backingID: Int32 = 0
+
+        func close() {
+            if descriptor >= 0 { Glibc.close(descriptor) }
+            if backingID > 0 { cfuse_backing_close(backingID) }
+        }
+    }
+
+    private func takeBacking(_ node: Inode) -> Int32 {
+        node.backingID.withLock { id in
+            defer { id = 0 }
+            return id
+        }
     }
 
     private func closeBacking(_ node: Inode) {
-        node.backingID.withLock { id in
-            if id > 0 { cfuse_backing_close(id) }
-            id = 0
-        }
+        let id = takeBacking(node)
+        if id > 0 { cfuse_backing_close(id) }
     }
 
     // MARK: Locations
