@@ -70,7 +70,7 @@ public struct Run {
         if iosLayout, let hiding = sandbox?.readOnlyBinds.first(where: { bind in ["/private", "/var"].contains { bind == $0 || bind.hasPrefix($0 + "/") } }) {
             throw UserError.usage("--bind-ro \(hiding) would hide the container under --layout ios (/private/var): name a path outside /private and /var")
         }
-        let openedGrants = try OpenedGrant.open(grants, storePath: opened.path, appUser: sandbox?.appUser)
+        let openedGrants = try OpenedGrant.open(grants, store: opened, appUser: sandbox?.appUser)
         sandbox?.grants = openedGrants
         for grant in openedGrants {
             grant.record(in: opened)
