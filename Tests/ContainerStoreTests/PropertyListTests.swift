@@ -119,6 +119,34 @@ struct PropertyListTests {
         func be(_ value: Int) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
     }
 
+    /// One 64 KiB data object named 2,000 times by an array: 125 MiB if each reference were
+    /// copied (a 1 MiB Info.plist could ask for 100 GB). Refused by the expansion limit; the
+    /// same array naming a short string is read.
+    @Test func oneLargeObjectNamedThousandsOfTimesIsRefused() throws {
+        func list(objectBytes: Int, references: Int) -> [UInt8] {
+            let header: [UInt8] = [0xAF, 0x11, UInt8(references >> 8), UInt8(references & 0xFF)]
+            let array: [UInt8] = header + Array(repeating: [UInt8]([0, 1]), count: references).flatMap { $0 }
+            let object: [UInt8] = [0x4F, 0x12] + Array(be(objectBytes).suffix(4)) + Array(repeating: UInt8(ascii: "x"), count: objectBytes)
+            var data = Array("bplist00".utf8)
+            let offsets = [data.count, data.count + array.count]
+            data += array + object
+            let table = data.count
+            data += offsets.flatMap { Array(be($0).suffix(4)) }
+            data += [0, 0, 0, 0, 0, 0, 4, 2] + be(2) + be(0) + be(table)
+            return data
+        }
+        // Not #expect(throws:): a list parsed in full would be printed, 125 MiB of it.
+        let large = Result { () throws(PropertyListError) in try PropertyList.parse(list(objectBytes: 64 << 10, references: 2000)) }
+        if case .failure(let error) = large {
+            #expect(error == PropertyListError("binary property list: shared objects expand past 16 MiB"))
+        } else {
+            Issue.record("a list expanding to 125 MiB was parsed")
+        }
+        let small = try PropertyList.parse(list(objectBytes: 3, references: 2000))
+        #expect(small == .array(Array(repeating: .data(Array("xxx".utf8)), count: 2000)))
+        func be(_ value: Int) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+    }
+
     @Test func theListThatCrashesFoundationIsRefused() {
         #expect(throws: PropertyListError.self) { try PropertyList.parse(Self.foundationCrasher) }
     }
