@@ -1,3 +1,5 @@
+import ContainerPolicy
+
 /// A property list (`Info.plist`) as read by `PropertyList.parse`: XML or binary
 /// (`bplist00`), the two forms a bundle ships.
 ///
@@ -23,7 +25,14 @@ public indirect enum PropertyListValue: Equatable, Sendable {
 public struct PropertyListError: Error, Equatable, CustomStringConvertible, Sendable {
     /// What is wrong, and where.
     public let description: String
-    init(_ description: String) { self.description = description }
+    /// Quoted text comes from the list (a key, an entity, an integer's text): control
+    /// characters are escaped and a long message is cut, so that it stays one short line.
+    init(_ description: String) {
+        let line = ContainerPath.printable(Array(description.utf8), escapingControls: true)
+        self.description = line.count > Self.lengthLimit ? String(line.prefix(Self.lengthLimit)) + "…" : line
+    }
+
+    static let lengthLimit = 300
 }
 
 /// The parser: `parse`.

@@ -93,6 +93,24 @@ struct PropertyListTests {
         #expect(throws: PropertyListError.self) { try PropertyList.parse(Array(text.utf8)) }
     }
 
+    /// Text of the list quoted in an error (an integer's, an entity's, a key) cannot make the
+    /// message more than one short line, nor drive the terminal it is printed on.
+    @Test func errorsAreOneShortLine() {
+        let lists = [
+            "<plist><integer>1\n2</integer></plist>",
+            "<plist><string>&" + String(repeating: "a", count: 100_000) + ";</string></plist>",
+            "<plist><dict><key>\u{1B}]0;owned\u{07}\n</key><true/><key>\u{1B}]0;owned\u{07}\n</key><true/></dict></plist>",
+        ]
+        for list in lists {
+            do {
+                _ = try PropertyList.parse(Array(list.utf8))
+                Issue.record("parsed: \(list.prefix(60))")
+            } catch {
+                #expect(!error.description.contains("\n") && !error.description.contains("\u{1B}") && error.description.count <= 301, "\(error.description.prefix(400))")
+            }
+        }
+    }
+
     @Test func nestingIsBounded() {
         let deep = "<plist>" + String(repeating: "<array>", count: 10_000) + String(repeating: "</array>", count: 10_000) + "</plist>"
         #expect(throws: PropertyListError("XML property list, line 1: nested too deeply")) { try PropertyList.parse(Array(deep.utf8)) }
