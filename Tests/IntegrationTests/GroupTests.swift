@@ -291,6 +291,10 @@ struct GroupTests {
         #expect(planted.status == 0, "\(planted)")
         // 1:3, /dev/null, as the old makedev encodes it.
         #expect(mknod(device.groupStore + "/null", S_IFCHR | 0o666, dev_t(1 << 8 | 3)) == 0)
+        let listedSet = try containerfs(["backup", device.groupStore, "--list"])
+        for name in ["fifo", "null", "sock"] {
+            #expect(listedSet.stdout.contains("skipped  \(name) (a FIFO, socket or device: not backed up)"), "\(listedSet.stdout)")
+        }
         let archive = device.base + "/group.tar"
         let backedUp = try containerfs(["backup", device.groupStore, archive])
         #expect(backedUp.status == 0, "\(backedUp)")
