@@ -165,6 +165,50 @@ struct PropertyListTests {
         func be(_ value: Int) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
     }
 
+    /// 50,000 binary lists built at random from whole objects — every marker, lengths long
+    /// and short (inline and as an integer object of 1 to 8 bytes), references in and out of
+    /// range and back to their own container, offset and reference sizes of 1 to 8 bytes,
+    /// trailers that lie: each parses or is refused; none traps or hangs. Seeded.
+    @Test func randomlyBuiltBinaryListsNeverTrap() {
+        var state: UInt64 = 7
+        func next(_ bound: Int) -> Int {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return Int(truncatingIfNeeded: state >> 33) % bound
+        }
+        func bigEndian(_ value: Int, _ size: Int) -> [UInt8] { (0..<size).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+        var parsed = 0
+        for _ in 0..<50_000 {
+            let count = 1 + next(12), referenceSize = 1 + next(next(4) == 0 ? 8 : 2), offsetSize = 1 + next(next(4) == 0 ? 8 : 2)
+            var objects: [[UInt8]] = []
+            for _ in 0..<count {
+                let kind = [0x0, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x8, 0xA, 0xC, 0xD, 0xF][next(12)]
+                let length = next(6) == 0 ? [15, 200, 70_000, Int(Int32.max)][next(4)] : next(15)
+                var object: [UInt8] = [UInt8(kind << 4 | min(length, 15))]
+                if length >= 15 {
+                    let width = next(4)
+                    object = [UInt8(kind << 4 | 0x0F), UInt8(0x10 | width)] + bigEndian(length, 1 << width)
+                }
+                let entries = kind == 0xD ? 2 * min(length, 40) : kind == 0xA ? min(length, 40) : min(length, 40) * (kind == 0x6 ? 2 : 1)
+                for _ in 0..<entries {
+                    object += kind == 0xA || kind == 0xD ? bigEndian(next(count + 2), referenceSize) : [UInt8(next(256))]
+                }
+                objects.append(object)
+            }
+            var data = Array("bplist00".utf8)
+            var offsets: [UInt8] = []
+            for object in objects {
+                offsets += bigEndian(next(50) == 0 ? next(1 << 20) : data.count, offsetSize)
+                data += object
+            }
+            let table = next(50) == 0 ? next(data.count + 100) : data.count
+            data += offsets
+            let claimed = next(50) == 0 ? next(1 << 30) : count
+            data += [0, 0, 0, 0, 0, 0, UInt8(offsetSize), UInt8(referenceSize)] + bigEndian(claimed, 8) + bigEndian(next(count + 1), 8) + bigEndian(table, 8)
+            if (try? PropertyList.parse(data)) != nil { parsed += 1 }
+        }
+        #expect(parsed > 1_000, "some of the lists are well formed")
+    }
+
     @Test func theListThatCrashesFoundationIsRefused() {
         #expect(throws: PropertyListError.self) { try PropertyList.parse(Self.foundationCrasher) }
     }
