@@ -289,6 +289,10 @@ struct GroupTests {
         let plant = #"cd "$APP_GROUP_COM_EXAMPLE_SHARED" && echo mine > data.txt && ln data.txt hard && ln -s /etc/passwd abs && ln -s ../../../../../etc/passwd rel && ln -s /etc etc && ln -s . loop && mkdir sub && ln -s ../abs sub/chain && mkfifo fifo && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'"#
         let planted = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", plant])
         #expect(planted.status == 0, "\(planted)")
+        // The manifest's folder is reserved at the group's root: no second manifest in the archive.
+        let manifest = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c",
+                                       #"cd "$APP_GROUP_COM_EXAMPLE_SHARED"; mkdir .containerfs-backup; echo $?; touch .containerfs-backup; echo $?; ls -a | grep -c containerfs"#])
+        #expect(manifest.stdout == "1\n1\n0\n", "\(manifest)")
         // 1:3, /dev/null, as the old makedev encodes it.
         #expect(mknod(device.groupStore + "/null", S_IFCHR | 0o666, dev_t(1 << 8 | 3)) == 0)
         let listedSet = try containerfs(["backup", device.groupStore, "--list"])
@@ -303,6 +307,7 @@ struct GroupTests {
         // Only data.txt has data: no symlink was followed.
         let data = listed.stdout.split(separator: "\n").filter { $0.hasPrefix("-") }.map { String($0.split(separator: " ").last ?? "") }
         #expect(data.sorted() == [".containerfs-backup/manifest", "data.txt"].sorted(), "\(listed.stdout)")
+        #expect(listed.stdout.components(separatedBy: ".containerfs-backup").count == 2, "one entry at the manifest's folder: \(listed.stdout)")
         let restoredGroup = device.base + "/restored/" + GroupDevice.group
         try FileManager.default.createDirectory(atPath: device.base + "/restored", withIntermediateDirectories: true)
         let restored = try containerfs(["restore", archive, restoredGroup])
