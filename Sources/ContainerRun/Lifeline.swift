@@ -27,8 +27,12 @@ public final class Lifeline: @unchecked Sendable {
         Thread.detachNewThread { [self] in
             Self.waitForEndOfFile(fd)
             close(fd)
-            state.withLock { clearing = true }
-            if isGroup { Self.unmountWhenUnused(store, mountpoint) } else { Self.unmount(mountpoint) }
+            if isGroup {
+                unmountWhenUnused(store, mountpoint)
+            } else {
+                state.withLock { clearing = true }
+                Self.unmount(mountpoint)
+            }
             state.withLock {
                 cleared = true
                 state.broadcast()
@@ -57,15 +61,18 @@ public final class Lifeline: @unchecked Sendable {
     }
 
     /// Every quarter second, the group is unmounted if no member's run uses it any more.
-    private static func unmountWhenUnused(_ group: Store, _ mountpoint: String) {
+    ///
+    /// The decision lock is only tried: a run that leaves last holds it while it unmounts
+    /// and waits for this daemon to exit, which must not wait for this thread in turn.
+    private func unmountWhenUnused(_ group: Store, _ mountpoint: String) {
         while MountEntry.at(mountpoint) != nil {
             guard let mutex = try? GroupMount.lockFile(group, GroupMount.mountLockName) else { return }
-            GroupMount.flockRetrying(mutex, LOCK_EX)
-            if let users = try? GroupMount.lockFile(group, GroupMount.usersLockName) {
+            if flock(mutex, LOCK_EX | LOCK_NB) == 0, let users = try? GroupMount.lockFile(group, GroupMount.usersLockName) {
                 if flock(users, LOCK_EX | LOCK_NB) == 0 {
                     // The mutex stays held until this process exits: no run may join a
                     // mount that is going away (`GroupMount.acquire` waits for it).
-                    unmount(mountpoint)
+                    state.withLock { clearing = true }
+                    Self.unmount(mountpoint)
                     return
                 }
                 close(users)

@@ -52,6 +52,26 @@ struct RunKilledTests {
         #expect(containerMounts(of: device.app).isEmpty && containerMounts(of: device.groupStore).isEmpty)
     }
 
+    /// The run that mounted the group ends first, the other member's run last: that one
+    /// unmounts the group while the daemon looks whether anyone still uses it, and neither
+    /// waits for the other (it did, 10 s, when the daemon's look blocked on the decision
+    /// lock that run holds while it waits for the daemon). Four times, the look being every
+    /// quarter second.
+    @Test func membersEndingOneAfterTheOtherDoNotWaitForTheDaemon() throws {
+        let device = try GroupDevice()
+        for round in 0..<4 {
+            let app = try device.start(device.app, ["sh", "-c", "touch Documents/ready\(round); sleep 0.3"])
+            #expect(waitForFile(device.app + "/Documents/ready\(round)"), "the app never started")
+            let started = Date()
+            let widget = try device.start(device.widget, ["sleep", "1.2"])
+            #expect(app.wait().status == 0)
+            let result = widget.wait()
+            let seconds = Date().timeIntervalSince(started)
+            #expect(result.status == 0 && seconds < 6, "round \(round): the widget's run took \(seconds) s: \(result)")
+            #expect(containerMounts(of: device.groupStore).isEmpty, "round \(round): the group is left mounted")
+        }
+    }
+
     /// The run that mounted the group is killed while another member's run uses it: the
     /// group stays mounted for that one; killed in turn, it leaves nothing mounted either.
     @Test func theGroupStaysWhileAnotherMemberRuns() throws {
