@@ -365,7 +365,8 @@ private struct ArchivePass {
         case nil:
             let target = ContainerPath(strict: entry.hardLinkTarget!)!
             let targetParent = ContainerPath(components: Array(target.components.dropLast()))
-            let targetParentFD = try withCName(targetParent.bytes) { (cname) throws(Errno) in
+            // A group's files lie at its root too: openat2 opens no empty path.
+            let targetParentFD = try withCName(targetParent.components.isEmpty ? [0x2E] : targetParent.bytes) { (cname) throws(Errno) in
                 try sys { clinux_open_beneath(store.rootFD, cname, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC, 0) }
             }
             defer { close(targetParentFD) }

@@ -103,6 +103,11 @@ public struct ContainerLayout: Hashable, Sendable {
 
     /// The state folder's name at the store's root.
     public static let stateFolderName = Array(name: ".containerfs")
+    /// The folder a backup archive keeps its manifest in (`.containerfs-backup/manifest`,
+    /// its first entry). A group's backup starts at the group's root: a member's folder of
+    /// that name would put a second manifest at that path, which `tar x` would write over
+    /// the real one. So it is reserved at a group's root.
+    public static let backupFolderName = Array(name: ".containerfs-backup")
     /// The Cache Directory Tagging marker kept in `Library/Caches` and `tmp` of the store.
     public static let cacheTagName = Array(name: "CACHEDIR.TAG")
 
@@ -123,7 +128,10 @@ public struct ContainerLayout: Hashable, Sendable {
         switch parent {
         case .root:
             if name == Self.stateFolderName { return .hidden }
-            if isGroup { return name == Names.library ? .standard(.library) : .inside(.data) }
+            if isGroup {
+                if name == Self.backupFolderName { return .hidden }
+                return name == Names.library ? .standard(.library) : .inside(.data)
+            }
             if name == bundleName { return .bundle }
             if name == Names.documents { return .standard(.documents) }
             if name == Names.library { return .standard(.library) }

@@ -1,4 +1,5 @@
 import CLinux
+import ContainerPolicy
 import ContainerStore
 import Foundation
 import Glibc
@@ -69,24 +70,18 @@ final class OpenedGrant {
     /// bubblewrap turns the descriptor back into a path, binds that, and aborts when the
     /// mount is not the descriptor's node: so for root's program, which bubblewrap sets up as
     /// `appUser`, every folder above a grant must be searchable by that user (checked here).
-    static func open(_ requests: [GrantRequest], storePath: String, appUser: HostAppUser?) throws(UserError) -> [OpenedGrant] {
+    ///
+    /// The store, `/` and `/tmp` are compared by device and inode, walking up from the
+    /// descriptors (NodeAncestry): a bind mount shows a folder at another path. A folder
+    /// with a mount beneath it is refused: bubblewrap's bind would show that mount too.
+    static func open(_ requests: [GrantRequest], store: Store, appUser: HostAppUser?) throws(UserError) -> [OpenedGrant] {
         var opened: [OpenedGrant] = []
-        let store = resolved(storePath) ?? storePath
-        let forbidden = ["/", resolved("/tmp") ?? "/tmp"]
+        let mounts = NodeAncestry.mounts()
         for request in requests {
             let option = "--grant \(request.path)\(request.writable ? ":rw" : "")"
             guard !request.path.isEmpty else { throw UserError.usage("\(option) names no path") }
             guard let host = resolved(request.path) else {
                 throw UserError("cannot grant \(request.path): \(Errno.current)")
-            }
-            if forbidden.contains(host) {
-                throw UserError(
-                    "cannot grant \(host): every run's container is mounted below it; grant the file or folder the program needs")
-            }
-            if host == store || host.hasPrefix(store + "/") || store.hasPrefix(host + "/") {
-                throw UserError(
-                    "cannot grant \(host): it \(host == store ? "is" : host.hasPrefix(store + "/") ? "is inside" : "holds") the container's store, which the program reaches only through the container's rules"
-                )
             }
             let name = String(host[host.index(after: host.lastIndex(of: "/") ?? host.startIndex)...])
             let inside = GrantRequest.folder + "/" + name
@@ -95,7 +90,8 @@ final class OpenedGrant {
             }
             let root = Glibc.open("/", clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
             guard root >= 0 else { throw UserError("cannot grant \(host): /: \(Errno.current)") }
-            let fd = clinux_open_beneath(root, String(host.dropFirst()), clinux_O_PATH | O_CLOEXEC, 0)
+            // `/` itself is refused below, by its node: openat2 opens no empty path.
+            let fd = host == "/" ? fcntl(root, F_DUPFD_CLOEXEC, 0) : clinux_open_beneath(root, String(host.dropFirst()), clinux_O_PATH | O_CLOEXEC, 0)
             let openError = Errno.current
             close(root)
             guard fd >= 0 else {
@@ -108,6 +104,12 @@ final class OpenedGrant {
                 close(fd)
                 throw UserError("cannot grant \(host): only a regular file or a folder can be granted")
             }
+            do throws(UserError) {
+                try checkPlace(fd, host: host, isFolder: info.st_mode & S_IFMT == S_IFDIR, store: store, mounts: mounts)
+            } catch {
+                close(fd)
+                throw error
+            }
             if let appUser, let blocked = firstUnsearchableFolder(above: host, by: appUser) {
                 close(fd)
                 throw UserError(
@@ -117,6 +119,40 @@ final class OpenedGrant {
             opened.append(OpenedGrant(hostPath: host, insidePath: inside, writable: request.writable, fd: fd))
         }
         return opened
+    }
+
+    /// Refuses the grant `fd` (at `host`) when it is `/` or `/tmp`, the store, inside it or
+    /// above it, by device and inode; or a folder with a mount beneath it.
+    private static func checkPlace(_ fd: Int32, host: String, isFolder: Bool, store: Store, mounts: [NodeAncestry.Mount]) throws(UserError) {
+        guard let grant = NodeAncestry.node(fd), let storeRoot = NodeAncestry.node(store.rootFD) else {
+            throw UserError("cannot grant \(host): \(Errno.current)")
+        }
+        for forbidden in ["/", "/tmp"] {
+            let other = NodeAncestry.openPath(Array(forbidden.utf8), flags: 0)
+            defer { if other >= 0 { close(other) } }
+            if other >= 0, NodeAncestry.node(other) == grant {
+                throw UserError("cannot grant \(host): every run's container is mounted below it; grant the file or folder the program needs")
+            }
+        }
+        func refuse(_ relation: String) -> UserError {
+            UserError("cannot grant \(host): it \(relation) the container's store, which the program reaches only through the container's rules")
+        }
+        if grant == storeRoot { throw refuse("is") }
+        if isFolder, NodeAncestry.isAtOrAbove(grant, openat(store.rootFD, ".", clinux_O_PATH | O_DIRECTORY | O_CLOEXEC), mounts: mounts) {
+            throw refuse("holds")
+        }
+        // A file is inside the store when its folder is.
+        let folder = isFolder ? openat(fd, ".", clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
+            : NodeAncestry.openPath(Array((host as NSString).deletingLastPathComponent.utf8))
+        // A file bound over another (its own mount) may be any file, the store's too: its folder tells nothing.
+        if !isFolder, folder >= 0, NodeAncestry.mountID(fd) != NodeAncestry.mountID(folder) {
+            close(folder)
+            throw UserError("cannot grant \(host): it is a mount point itself (another file bound there), which could be any file of the host; grant the file itself")
+        }
+        if folder >= 0, NodeAncestry.isAtOrAbove(storeRoot, folder, mounts: mounts) { throw refuse("is inside") }
+        if isFolder, let mountpoint = NodeAncestry.mountBeneath(fd, mounts: mounts) {
+            throw UserError("cannot grant \(host): \(ContainerPath.printable(mountpoint)) is a mount point beneath it, which the program would reach through the grant; grant a folder with no mount below it")
+        }
     }
 
     /// The first folder above `path` (absolute, no symlink) that `user` may not search by

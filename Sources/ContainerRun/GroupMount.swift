@@ -25,18 +25,23 @@ public final class GroupMount {
     private var usersFD: Int32
     /// The daemon, when this run started it (and so reaps it).
     private let startedDaemon: pid_t?
+    /// The write end of the started daemon's lifeline (`Lifeline`), closed when this run
+    /// leaves: the daemon then unmounts the group once no member's run uses it, so a killed
+    /// run's group does not stay mounted.
+    private var lifeline: Int32
 
     static let mountLockName = Array(name: "group-mount.lock")
     static let usersLockName = Array(name: "group-users.lock")
     /// The prefix of the folders the group mounts are made in.
     static let folderPrefix = "containerfs-group-"
 
-    private init(identifier: String, mountpoint: String, store: Store, usersFD: Int32, startedDaemon: pid_t?) {
+    private init(identifier: String, mountpoint: String, store: Store, usersFD: Int32, startedDaemon: pid_t?, lifeline: Int32 = -1) {
         self.identifier = identifier
         self.mountpoint = mountpoint
         self.store = store
         self.usersFD = usersFD
         self.startedDaemon = startedDaemon
+        self.lifeline = lifeline
     }
 
     deinit { release() }
@@ -79,15 +84,15 @@ public final class GroupMount {
             let mountpoint = try makeMountpoint(owner: appUser)
             var options = locked ? ["nosetid", "locked"] : ["nosetid"]
             if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
-            let daemon: pid_t
+            let daemon: (pid: pid_t, lifeline: Int32)
             do throws(UserError) {
                 // The daemon opens the store again by path: the one just opened, by its real path.
-                daemon = try MountDaemon.start(store: group.resolvedPath, mountpoint: mountpoint, options: options)
+                daemon = try MountDaemon.startTied(store: group.resolvedPath, mountpoint: mountpoint, options: options)
             } catch {
                 removeMountpoint(mountpoint)
                 throw error
             }
-            return GroupMount(identifier: identifier, mountpoint: mountpoint, store: group, usersFD: users, startedDaemon: daemon)
+            return GroupMount(identifier: identifier, mountpoint: mountpoint, store: group, usersFD: users, startedDaemon: daemon.pid, lifeline: daemon.lifeline)
         } catch {
             close(users)
             throw error
@@ -99,6 +104,11 @@ public final class GroupMount {
         guard usersFD >= 0 else { return }
         let users = usersFD
         usersFD = -1
+        // After the unmount, or after leaving a mount others still use.
+        defer {
+            if lifeline >= 0 { close(lifeline) }
+            lifeline = -1
+        }
         guard let mutex = try? Self.lockFile(store, Self.mountLockName) else {
             close(users)
             return
@@ -127,13 +137,13 @@ public final class GroupMount {
     }
 
     /// Opens (making it) the lock file `name` in the group's state folder, following no symlink.
-    private static func lockFile(_ store: Store, _ name: [UInt8]) throws(UserError) -> Int32 {
+    static func lockFile(_ store: Store, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(store.stateFD, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw UserError("cannot open \(store.statePath)/\(ContainerPath.printable(name)): \(Errno.current)") }
         return fd
     }
 
-    private static func flockRetrying(_ fd: Int32, _ operation: Int32) {
+    static func flockRetrying(_ fd: Int32, _ operation: Int32) {
         while flock(fd, operation) != 0, errno == EINTR {}
     }
 

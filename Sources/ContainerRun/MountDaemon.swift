@@ -42,23 +42,52 @@ public enum MountDaemon {
     /// mount (`run`) reaps it with `waitpid` after unmounting.
     @discardableResult
     public static func start(store: String, mountpoint: String, options: [String]) throws(UserError) -> pid_t {
+        try start(store: store, mountpoint: mountpoint, options: options, lifeline: nil)
+    }
+
+    /// `start`, the daemon tied to this process: it gets the read end of a pipe whose only
+    /// write end is returned, and unmounts when that end closes (`Lifeline`), however this
+    /// process ends, SIGKILL included. The caller closes the write end once it has unmounted.
+    public static func startTied(store: String, mountpoint: String, options: [String]) throws(UserError) -> (pid: pid_t, lifeline: Int32) {
+        var lifelineFDs: [Int32] = [0, 0]
+        guard pipe(&lifelineFDs) == 0 else { throw UserError("cannot start the daemon: \(Errno.current)") }
+        // No program this process starts may hold the write end (`run` spawns from this thread only).
+        _ = fcntl(lifelineFDs[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(lifelineFDs[1], F_SETFD, FD_CLOEXEC)
+        defer { close(lifelineFDs[0]) }
+        do {
+            let pid = try start(store: store, mountpoint: mountpoint, options: options, lifeline: lifelineFDs[0])
+            return (pid, lifelineFDs[1])
+        } catch {
+            close(lifelineFDs[1])
+            throw error
+        }
+    }
+
+    private static func start(store: String, mountpoint: String, options: [String], lifeline: Int32?) throws(UserError) -> pid_t {
+        // Above 4, so that the dup2 to 3 below cannot overwrite it before it is moved to 4.
+        let lifelineCopy = lifeline.map { fcntl($0, F_DUPFD_CLOEXEC, 10) } ?? -1
+        defer { if lifelineCopy >= 0 { close(lifelineCopy) } }
+        if lifeline != nil, lifelineCopy < 0 { throw UserError("cannot start the daemon: \(Errno.current)") }
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw UserError("cannot start the daemon: \(Errno.current)") }
         let (readEnd, writeEnd) = (pipeFDs[0], pipeFDs[1])
         // Neither end may leak into other children; the spawn's dup2 gives the daemon its copy.
         _ = fcntl(readEnd, F_SETFD, FD_CLOEXEC)
         _ = fcntl(writeEnd, F_SETFD, FD_CLOEXEC)
-        let childReadyFD: Int32 = 3
+        let childReadyFD: Int32 = 3, childLifelineFD: Int32 = 4
         var arguments = ["containerfs", "mount", store, mountpoint, "-f", "--ready-fd", "\(childReadyFD)"]
+        if lifeline != nil { arguments += ["--lifeline-fd", "\(childLifelineFD)"] }
         for option in options { arguments += ["-o", option] }
 
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, writeEnd, childReadyFD)
+        if lifeline != nil { posix_spawn_file_actions_adddup2(&actions, lifelineCopy, childLifelineFD) }
         for fd: Int32 in 0...2 { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
         // A daemon holding a copy of its starter's output pipe would keep that reader waiting.
-        clinux_spawn_close_from(&actions, childReadyFD + 1)
+        clinux_spawn_close_from(&actions, childLifelineFD + 1)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -101,7 +130,9 @@ public enum MountDaemon {
 
 extension MountDaemon {
     /// Unmounts the container at `mountpoint` and waits for its daemon (unless `lazy`).
-    public static func unmount(_ mountpoint: String, lazy: Bool) throws(UserError) {
+    ///
+    /// `waitForDaemon: false` is for the daemon itself (`Lifeline`), which would wait for its own lock.
+    public static func unmount(_ mountpoint: String, lazy: Bool, waitForDaemon: Bool = true) throws(UserError) {
         guard let entry = MountEntry.at(mountpoint), entry.isContainer else {
             throw UserError("\(mountpoint) is not a containerfs mount: nothing to unmount (see 'mount -t fuse.containerfs')")
         }
@@ -121,7 +152,7 @@ extension MountDaemon {
         }
         // The daemon takes a moment to exit after the kernel lets go; wait for its lock, but
         // only if it is this mount's daemon: a dead mount's store may be mounted elsewhere now.
-        guard !lazy, let store = try? Store.open(entry.source, changing: false),
+        guard !lazy, waitForDaemon, let store = try? Store.open(entry.source, changing: false),
               let holder = MountLock.holder(store), holder.mountpoint == entry.mountpoint else { return }
         if !MountLock.waitUntilFree(store, seconds: 10) {
             throw UserError("unmounted \(mountpoint), but its daemon (pid \(holder.pid)) has not exited after 10 s: kill it")

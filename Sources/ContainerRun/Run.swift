@@ -70,7 +70,7 @@ public struct Run {
         if iosLayout, let hiding = sandbox?.readOnlyBinds.first(where: { bind in ["/private", "/var"].contains { bind == $0 || bind.hasPrefix($0 + "/") } }) {
             throw UserError.usage("--bind-ro \(hiding) would hide the container under --layout ios (/private/var): name a path outside /private and /var")
         }
-        let openedGrants = try OpenedGrant.open(grants, storePath: opened.path, appUser: sandbox?.appUser)
+        let openedGrants = try OpenedGrant.open(grants, store: opened, appUser: sandbox?.appUser)
         sandbox?.grants = openedGrants
         for grant in openedGrants {
             grant.record(in: opened)
@@ -106,6 +106,8 @@ public struct Run {
         lock.record(mountpoint: mountpoint)
         let since = AuditLog.now()
         var daemon: pid_t?
+        // The write end of the daemon's lifeline: closed only after the unmount (Lifeline).
+        var lifeline: Int32 = -1
         var status: Int32?
         defer {
             relay.detach()
@@ -114,6 +116,7 @@ public struct Run {
                 atProgramExit(ProgramExit(store: opened, launch: number, status: status, purgedBefore: purgedBefore))
             }
             finish(opened, mountpoint: mountpoint, daemon: daemon, since: since)
+            if lifeline >= 0 { close(lifeline) }
             lock.record(mountpoint: nil)
         }
         // No set-ID file may come out of a run: one made by a program root ran would be a
@@ -124,7 +127,9 @@ public struct Run {
         // Root's program is the host app user: it reaches the mount as another user would,
         // and owns the store owner's files there (OwnerMapping). Only it can enter the run folder.
         if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
-        daemon = try MountDaemon.start(store: store, mountpoint: mountpoint, options: options)
+        // Tied to this process: if it is killed with SIGKILL, the daemon unmounts by itself.
+        let started = try MountDaemon.startTied(store: store, mountpoint: mountpoint, options: options)
+        (daemon, lifeline) = (started.pid, started.lifeline)
         if let signal = relay.signalBeforeStart { return 128 + signal }
         if appUser != nil { try Sandbox.makeDevices(in: Self.devicesFolder(of: mountpoint)) }
 

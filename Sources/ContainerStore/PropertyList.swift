@@ -1,3 +1,5 @@
+import ContainerPolicy
+
 /// A property list (`Info.plist`) as read by `PropertyList.parse`: XML or binary
 /// (`bplist00`), the two forms a bundle ships.
 ///
@@ -23,7 +25,14 @@ public indirect enum PropertyListValue: Equatable, Sendable {
 public struct PropertyListError: Error, Equatable, CustomStringConvertible, Sendable {
     /// What is wrong, and where.
     public let description: String
-    init(_ description: String) { self.description = description }
+    /// Quoted text comes from the list (a key, an entity, an integer's text): control
+    /// characters are escaped and a long message is cut, so that it stays one short line.
+    init(_ description: String) {
+        let line = ContainerPath.printable(Array(description.utf8), escapingControls: true)
+        self.description = line.count > Self.lengthLimit ? String(line.prefix(Self.lengthLimit)) + "…" : line
+    }
+
+    static let lengthLimit = 300
 }
 
 /// The parser: `parse`.
@@ -33,6 +42,10 @@ public enum PropertyList {
     /// Objects visited in a binary list, counting each reference: a list whose objects
     /// refer to each other many times over cannot make the parse exponential.
     static let visitLimit = 100_000
+    /// Bytes of strings and data a binary list may expand to, counting each reference: one
+    /// large object named by thousands of references would otherwise be copied for each
+    /// (a 1 MiB list, 100,000 times its data: 100 GB). Far above what any Info.plist holds.
+    static let expansionLimit = 16 << 20
 
     /// Parses `bytes` as a binary list when they start with `bplist00`, else as XML.
     public static func parse(_ bytes: [UInt8]) throws(PropertyListError) -> PropertyListValue {
@@ -57,6 +70,8 @@ private struct BinaryReader {
     let top: Int
     let tableStart: Int
     var visits = 0
+    /// Bytes of strings and data made so far (`PropertyList.expansionLimit`).
+    var expanded = 0
 
     init(_ bytes: [UInt8]) throws(PropertyListError) {
         self.bytes = bytes
@@ -107,6 +122,14 @@ private struct BinaryReader {
         return bytes[start..<(start + count)]
     }
 
+    /// Counts `count` more bytes of strings or data against `PropertyList.expansionLimit`.
+    private mutating func expand(by count: Int) throws(PropertyListError) {
+        guard count <= PropertyList.expansionLimit - expanded else {
+            throw PropertyListError("binary property list: shared objects expand past \(PropertyList.expansionLimit >> 20) MiB")
+        }
+        expanded += count
+    }
+
     /// An object's length: the marker's low nibble, or an integer object after it when that is 15.
     /// Returns the length and where the contents start.
     private func length(marker: UInt8, at position: Int) throws(PropertyListError) -> (Int, Int) {
@@ -151,10 +174,13 @@ private struct BinaryReader {
             return .date(String(Double(bitPattern: Self.bigEndian(try slice(position + 1, 8)))))
         case 0x4:
             let (count, start) = try length(marker: marker, at: position)
-            return .data(Array(try slice(start, count)))
+            let contents = try slice(start, count)
+            try expand(by: count)
+            return .data(Array(contents))
         case 0x5:
             let (count, start) = try length(marker: marker, at: position)
             let ascii = try slice(start, count)
+            try expand(by: count)
             guard ascii.allSatisfy({ $0 < 0x80 }) else {
                 throw PropertyListError("binary property list: ASCII string with a byte past 127")
             }
@@ -163,6 +189,7 @@ private struct BinaryReader {
             let (count, start) = try length(marker: marker, at: position)
             guard count <= Int.max / 2 else { throw PropertyListError("binary property list: string too long") }
             let raw = try slice(start, count * 2)
+            try expand(by: count * 2)
             var units: [UInt16] = []
             units.reserveCapacity(count)
             var index = raw.startIndex

@@ -111,7 +111,7 @@ struct BackupCommand: ParsableCommand {
             }
         }
         for (path, kind) in set.excluded { out += pad("excluded") + "  \(path)\(kind == .directory ? "/" : "")\n" }
-        for path in set.skipped { out += pad("skipped") + "  \(path) (socket or FIFO)\n" }
+        for path in set.skipped { out += pad("skipped") + "  \(path) (a FIFO, socket or device: not backed up)\n" }
         out += "total: \(set.totalBytes) bytes (\(formatBytes(set.totalBytes))) in \(files.count) files, \(set.items.count) entries\n"
         FileHandleOutput.standardOutput.write(out)
     }

@@ -57,6 +57,10 @@ struct Mount: ParsableCommand {
     @Option(help: .hidden)
     var readyFD: Int32?
 
+    /// The read end of a pipe only the starting `run` writes to (`MountDaemon.startTied`).
+    @Option(help: .hidden)
+    var lifelineFD: Int32?
+
     func run() throws {
         try reportingErrors {
             let parsed = try MountOptions.parse(options)
@@ -80,7 +84,9 @@ struct Mount: ParsableCommand {
 
     /// Runs the daemon in this process until the container is unmounted.
     private func serve(_ opened: Store, _ parsed: MountOptions) throws(UserError) {
-        let lock = try MountLock(store: opened, mountpoint: MountEntry.absolute(mountpoint))
+        // Before the mount: looking at the mount point then would wait for this daemon itself.
+        let absoluteMountpoint = MountEntry.absolute(mountpoint)
+        let lock = try MountLock(store: opened, mountpoint: absoluteMountpoint)
         let audit = AuditLog(stateFD: opened.stateFD)
         defer { audit.close() }
         var parsed = parsed
@@ -93,8 +99,15 @@ struct Mount: ParsableCommand {
             report(ready: false, error.message)
             throw error
         }
+        var lifeline: Lifeline?
+        if let lifelineFD {
+            // A starter killed before it reads "ready" must not kill this daemon with SIGPIPE.
+            signal(SIGPIPE, SIG_IGN)
+            lifeline = Lifeline(watching: lifelineFD, store: opened, mountpoint: absoluteMountpoint)
+        }
         report(ready: true, "")
         session.run()
+        lifeline?.finish()
         withExtendedLifetime(lock) {}
     }
 

@@ -14,6 +14,10 @@ let groupClassificationCases: [ClassificationCase] = [
     .init(".containerfs", .hidden),
     .init(".containerfs/format", .hidden),
     .init("Library/Caches/CACHEDIR.TAG", .hidden),
+    // A backup's manifest folder: reserved, so that no member's file takes the manifest's path.
+    .init(".containerfs-backup", .hidden),
+    .init(".containerfs-backup/manifest", .hidden),
+    .init("Library/.containerfs-backup", .inside(.data)),
     // The root is the members' to write: every other name there is data.
     .init("shared.sqlite", .inside(.data)),
     .init("Documents", .inside(.data)),

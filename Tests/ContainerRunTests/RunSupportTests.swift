@@ -11,6 +11,17 @@ import Testing
 /// program ends, the count of the run's denials.
 @Suite("RunSupport")
 struct RunSupportTests {
+    /// mountinfo's escapes are decoded to the path's bytes; a backslash not followed by
+    /// three octal digits, and the digits of an escape past 255, stay as they can.
+    @Test func mountinfoEscapesAreDecodedToBytes() {
+        func decode(_ text: String) -> [UInt8] { NodeAncestry.unescaped(ArraySlice(Array(text.utf8))) }
+        #expect(decode(#"/tmp/sub\040dir"#) == Array("/tmp/sub dir".utf8))
+        #expect(decode(#"/a\012b\134c\011"#) == Array("/a\nb\\c\t".utf8))
+        #expect(decode(#"/x\377"#) == Array("/x".utf8) + [0xff])
+        #expect(decode(#"/x\9a\"#) == Array(#"/x\9a\"#.utf8))
+        #expect(decode(#"/x\777"#) == Array("/x".utf8) + [0xff])
+    }
+
     /// A fresh store in a temporary folder (removed afterwards) and that folder.
     private func makeStore() throws -> (Store, String) {
         var template = Array("/tmp/containerfs-runstore-XXXXXX".utf8CString)

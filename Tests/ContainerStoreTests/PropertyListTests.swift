@@ -93,6 +93,24 @@ struct PropertyListTests {
         #expect(throws: PropertyListError.self) { try PropertyList.parse(Array(text.utf8)) }
     }
 
+    /// Text of the list quoted in an error (an integer's, an entity's, a key) cannot make the
+    /// message more than one short line, nor drive the terminal it is printed on.
+    @Test func errorsAreOneShortLine() {
+        let lists = [
+            "<plist><integer>1\n2</integer></plist>",
+            "<plist><string>&" + String(repeating: "a", count: 100_000) + ";</string></plist>",
+            "<plist><dict><key>\u{1B}]0;owned\u{07}\n</key><true/><key>\u{1B}]0;owned\u{07}\n</key><true/></dict></plist>",
+        ]
+        for list in lists {
+            do {
+                _ = try PropertyList.parse(Array(list.utf8))
+                Issue.record("parsed: \(list.prefix(60))")
+            } catch {
+                #expect(!error.description.contains("\n") && !error.description.contains("\u{1B}") && error.description.count <= 301, "\(error.description.prefix(400))")
+            }
+        }
+    }
+
     @Test func nestingIsBounded() {
         let deep = "<plist>" + String(repeating: "<array>", count: 10_000) + String(repeating: "</array>", count: 10_000) + "</plist>"
         #expect(throws: PropertyListError("XML property list, line 1: nested too deeply")) { try PropertyList.parse(Array(deep.utf8)) }
@@ -117,6 +135,78 @@ struct PropertyListTests {
         data += [0, 0, 0, 0, 0, 0, 2, 1] + be(objects.count) + be(0) + be(table)
         #expect(throws: PropertyListError("binary property list: too many object references")) { try PropertyList.parse(data) }
         func be(_ value: Int) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+    }
+
+    /// One 64 KiB data object named 2,000 times by an array: 125 MiB if each reference were
+    /// copied (a 1 MiB Info.plist could ask for 100 GB). Refused by the expansion limit; the
+    /// same array naming a short string is read.
+    @Test func oneLargeObjectNamedThousandsOfTimesIsRefused() throws {
+        func list(objectBytes: Int, references: Int) -> [UInt8] {
+            let header: [UInt8] = [0xAF, 0x11, UInt8(references >> 8), UInt8(references & 0xFF)]
+            let array: [UInt8] = header + Array(repeating: [UInt8]([0, 1]), count: references).flatMap { $0 }
+            let object: [UInt8] = [0x4F, 0x12] + Array(be(objectBytes).suffix(4)) + Array(repeating: UInt8(ascii: "x"), count: objectBytes)
+            var data = Array("bplist00".utf8)
+            let offsets = [data.count, data.count + array.count]
+            data += array + object
+            let table = data.count
+            data += offsets.flatMap { Array(be($0).suffix(4)) }
+            data += [0, 0, 0, 0, 0, 0, 4, 2] + be(2) + be(0) + be(table)
+            return data
+        }
+        // Not #expect(throws:): a list parsed in full would be printed, 125 MiB of it.
+        let large = Result { () throws(PropertyListError) in try PropertyList.parse(list(objectBytes: 64 << 10, references: 2000)) }
+        if case .failure(let error) = large {
+            #expect(error == PropertyListError("binary property list: shared objects expand past 16 MiB"))
+        } else {
+            Issue.record("a list expanding to 125 MiB was parsed")
+        }
+        let small = try PropertyList.parse(list(objectBytes: 3, references: 2000))
+        #expect(small == .array(Array(repeating: .data(Array("xxx".utf8)), count: 2000)))
+        func be(_ value: Int) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+    }
+
+    /// 50,000 binary lists built at random from whole objects — every marker, lengths long
+    /// and short (inline and as an integer object of 1 to 8 bytes), references in and out of
+    /// range and back to their own container, offset and reference sizes of 1 to 8 bytes,
+    /// trailers that lie: each parses or is refused; none traps or hangs. Seeded.
+    @Test func randomlyBuiltBinaryListsNeverTrap() {
+        var state: UInt64 = 7
+        func next(_ bound: Int) -> Int {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return Int(truncatingIfNeeded: state >> 33) % bound
+        }
+        func bigEndian(_ value: Int, _ size: Int) -> [UInt8] { (0..<size).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+        var parsed = 0
+        for _ in 0..<50_000 {
+            let count = 1 + next(12), referenceSize = 1 + next(next(4) == 0 ? 8 : 2), offsetSize = 1 + next(next(4) == 0 ? 8 : 2)
+            var objects: [[UInt8]] = []
+            for _ in 0..<count {
+                let kind = [0x0, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x8, 0xA, 0xC, 0xD, 0xF][next(12)]
+                let length = next(6) == 0 ? [15, 200, 70_000, Int(Int32.max)][next(4)] : next(15)
+                var object: [UInt8] = [UInt8(kind << 4 | min(length, 15))]
+                if length >= 15 {
+                    let width = next(4)
+                    object = [UInt8(kind << 4 | 0x0F), UInt8(0x10 | width)] + bigEndian(length, 1 << width)
+                }
+                let entries = kind == 0xD ? 2 * min(length, 40) : kind == 0xA ? min(length, 40) : min(length, 40) * (kind == 0x6 ? 2 : 1)
+                for _ in 0..<entries {
+                    object += kind == 0xA || kind == 0xD ? bigEndian(next(count + 2), referenceSize) : [UInt8(next(256))]
+                }
+                objects.append(object)
+            }
+            var data = Array("bplist00".utf8)
+            var offsets: [UInt8] = []
+            for object in objects {
+                offsets += bigEndian(next(50) == 0 ? next(1 << 20) : data.count, offsetSize)
+                data += object
+            }
+            let table = next(50) == 0 ? next(data.count + 100) : data.count
+            data += offsets
+            let claimed = next(50) == 0 ? next(1 << 30) : count
+            data += [0, 0, 0, 0, 0, 0, UInt8(offsetSize), UInt8(referenceSize)] + bigEndian(claimed, 8) + bigEndian(next(count + 1), 8) + bigEndian(table, 8)
+            if (try? PropertyList.parse(data)) != nil { parsed += 1 }
+        }
+        #expect(parsed > 1_000, "some of the lists are well formed")
     }
 
     @Test func theListThatCrashesFoundationIsRefused() {

@@ -279,6 +279,48 @@ struct GroupTests {
 
     /// A group's backup holds its root and Library but not its caches; restored without a
     /// bundle beside its apps, members find it whole; an app's archive is not a group's.
+    /// What a member program can plant in the group — symlinks out of it (absolute,
+    /// relative, to a folder, chained, to itself), a FIFO, a socket, a hard link at the
+    /// group's root — and a device node put there on the host: the backup reads no host file
+    /// (symlinks are kept as symlinks, the rest skipped) and the restore makes the group again
+    /// with the hard link (it could not: a root-level link's folder was opened as "").
+    @Test func plantedLinksFIFOsAndDevicesAreBackedUpAsWhatTheyAre() throws {
+        let device = try GroupDevice()
+        let plant = #"cd "$APP_GROUP_COM_EXAMPLE_SHARED" && echo mine > data.txt && ln data.txt hard && ln -s /etc/passwd abs && ln -s ../../../../../etc/passwd rel && ln -s /etc etc && ln -s . loop && mkdir sub && ln -s ../abs sub/chain && mkfifo fifo && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'"#
+        let planted = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", plant])
+        #expect(planted.status == 0, "\(planted)")
+        // The manifest's folder is reserved at the group's root: no second manifest in the archive.
+        let manifest = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c",
+                                       #"cd "$APP_GROUP_COM_EXAMPLE_SHARED"; mkdir .containerfs-backup; echo $?; touch .containerfs-backup; echo $?; ls -a | grep -c containerfs"#])
+        #expect(manifest.stdout == "1\n1\n0\n", "\(manifest)")
+        // 1:3, /dev/null, as the old makedev encodes it.
+        #expect(mknod(device.groupStore + "/null", S_IFCHR | 0o666, dev_t(1 << 8 | 3)) == 0)
+        let listedSet = try containerfs(["backup", device.groupStore, "--list"])
+        for name in ["fifo", "null", "sock"] {
+            #expect(listedSet.stdout.contains("skipped  \(name) (a FIFO, socket or device: not backed up)"), "\(listedSet.stdout)")
+        }
+        let archive = device.base + "/group.tar"
+        let backedUp = try containerfs(["backup", device.groupStore, archive])
+        #expect(backedUp.status == 0, "\(backedUp)")
+        let listed = try runProgram(["tar", "tvf", archive])
+        #expect(!listed.stdout.contains("fifo") && !listed.stdout.contains("sock") && !listed.stdout.contains(" null"), "\(listed.stdout)")
+        // Only data.txt has data: no symlink was followed.
+        let data = listed.stdout.split(separator: "\n").filter { $0.hasPrefix("-") }.map { String($0.split(separator: " ").last ?? "") }
+        #expect(data.sorted() == [".containerfs-backup/manifest", "data.txt"].sorted(), "\(listed.stdout)")
+        #expect(listed.stdout.components(separatedBy: ".containerfs-backup").count == 2, "one entry at the manifest's folder: \(listed.stdout)")
+        let restoredGroup = device.base + "/restored/" + GroupDevice.group
+        try FileManager.default.createDirectory(atPath: device.base + "/restored", withIntermediateDirectories: true)
+        let restored = try containerfs(["restore", archive, restoredGroup])
+        #expect(restored.status == 0, "\(restored)")
+        for (name, target) in [("abs", "/etc/passwd"), ("rel", "../../../../../etc/passwd"), ("etc", "/etc"), ("loop", "."), ("sub/chain", "../abs")] {
+            #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: restoredGroup + "/" + name)) == target, "\(name)")
+        }
+        var first = stat(), second = stat()
+        #expect(lstat(restoredGroup + "/data.txt", &first) == 0 && lstat(restoredGroup + "/hard", &second) == 0)
+        #expect(first.st_ino == second.st_ino && first.st_nlink == 2, "the hard link is one file again")
+        for name in ["fifo", "sock", "null"] { #expect(!FileManager.default.fileExists(atPath: restoredGroup + "/" + name), "\(name)") }
+    }
+
     @Test func backupAndRestoreOfTheGroupKeepItWhole() throws {
         let device = try GroupDevice()
         let write = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; sqlite3 $G/shared.sqlite 'PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1),(2),(3);' >/dev/null; echo pref > $G/Library/Preferences/group.plist; echo cache > $G/Library/Caches/c.bin"#

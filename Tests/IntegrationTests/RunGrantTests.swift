@@ -136,6 +136,51 @@ struct RunGrantTests {
         try expectCleanedUp(container)
     }
 
+    /// The checks are made on the opened node, not its path: a bind mount showing the store's
+    /// folder, or a folder of the store, at another path is refused as the store's; a folder
+    /// with a mount beneath it (here at a name with a space, escaped in mountinfo) is refused,
+    /// as bubblewrap's bind would show that mount too, and so is a file bound over another.
+    @Test func bindMountsAndMountsBeneathAreSeenThrough() throws {
+        let container = try MountedContainer()
+        let outside = try makeOutside(container)
+        let beneath = outside + "/share/sub dir"
+        try FileManager.default.createDirectory(atPath: beneath, withIntermediateDirectories: true)
+        let aliases = try makeTemporaryDirectory()
+        chmod(aliases, 0o755)
+        let holder = aliases + "/holder", documents = aliases + "/documents", file = aliases + "/file"
+        for folder in [holder, documents] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+        try write("theirs\n", to: container.stored("Documents/theirs.txt"))
+        try write("", to: file)
+        var made: [String] = []
+        defer {
+            for mountpoint in made.reversed() { _ = try? runProgram(["umount", "-l", mountpoint]) }
+            _ = try? runProgram(["rm", "-rf", aliases])
+        }
+        for (arguments, mountpoint) in [(["-t", "tmpfs", "tmpfs"], beneath), (["--bind", container.base], holder), (["--bind", container.stored("Documents")], documents),
+                                           (["--bind", container.stored("Documents/theirs.txt")], file)] {
+            let mounted = try runProgram(["mount"] + arguments + [mountpoint])
+            guard mounted.status == 0 else { throw TestFailure("mount \(mountpoint): \(mounted)") }
+            made.append(mountpoint)
+        }
+        let cases: [(grant: String, says: String)] = [
+            (outside + "/share", "cannot grant \(outside)/share: \(beneath) is a mount point beneath it"),
+            (holder, "cannot grant \(holder): it holds the container's store"),
+            (documents + ":rw", "cannot grant \(documents): it is inside the container's store"),
+            (file, "cannot grant \(file): it is a mount point itself"),
+        ]
+        for item in cases {
+            let result = try runProgram([containerfsBinary, "run", container.store, "--grant", item.grant, "--", "touch", "Documents/ran"])
+            #expect(result.status == 1 && result.stderr.hasPrefix("containerfs: " + item.says), "\(item.grant): \(result)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result)")
+            #expect(!FileManager.default.fileExists(atPath: container.stored("Documents/ran")), "\(item.grant) ran the program")
+        }
+        // The folder beside it, with no mount below, is granted.
+        try FileManager.default.createDirectory(atPath: outside + "/plain", withIntermediateDirectories: true)
+        let plain = try runProgram([containerfsBinary, "run", container.store, "--grant", outside + "/plain", "--", "ls", "/grants"])
+        #expect(plain.status == 0 && plain.stdout == "plain\n", "\(plain)")
+        try expectCleanedUp(container)
+    }
+
     // MARK: Helpers
 
     /// A folder beside the store, for what is granted (the container's base is the user's,

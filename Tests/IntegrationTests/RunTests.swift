@@ -309,13 +309,15 @@ struct RunTests {
         }
     }
 
+    /// A run killed with its daemon (a killed run's daemon unmounts by itself: RunKilledTests).
     @Test func runKilledWithSIGKILLIsClearedByTheNextRun() throws {
         let container = try MountedContainer()
         let run = try BackgroundProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", "echo x > tmp/left; touch Documents/ready; sleep 60"])
         #expect(waitForFile(container.stored("Documents/ready")))
+        kill(try daemonPID(container.store), SIGKILL)
         kill(run.pid, SIGKILL)
         _ = run.wait()
-        // bubblewrap dies with its parent; the daemon (its own session) keeps the mount.
+        // bubblewrap dies with its parent; the dead daemon's mount stays.
         #expect(containerMounts(of: container.store).count == 1)
         let next = try containerfsRun(container, ["cat", "Documents/ready"])
         #expect(next.status == 0, "\(next)")
@@ -329,6 +331,7 @@ struct RunTests {
         let container = try MountedContainer()
         let run = try BackgroundProgram([containerfsBinary, "run", container.store, "--", "sh", "-c", "touch Documents/ready; sleep 60"])
         #expect(waitForFile(container.stored("Documents/ready")))
+        kill(try daemonPID(container.store), SIGKILL)
         kill(run.pid, SIGKILL)
         _ = run.wait()
         let mountpoint = try #require(containerMounts(of: container.store).first)
