@@ -133,8 +133,11 @@ public struct Run {
         defer { armed?.exited() }
         if let sandbox {
             let layout = try layout(opened, launch: number)
+            // A drawn moment (`--suspend-after random`) for this launch, or the fixed one.
+            let suspendAt = launches?.suspensionMoment(ofLaunch: number) ?? suspendAfter
             let ended = try runConfined(sandbox, opened, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, layout: layout,
-                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed, groups: groups)
+                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed, groups: groups,
+                                        suspendAt: suspendAt)
             status = ended
             return ended
         }
@@ -167,7 +170,7 @@ public struct Run {
     /// is the program's, 128+N for a signal).
     private func runConfined(_ sandbox: Sandbox, _ store: Store, mountpoint: String, newSession: Bool, relay: SignalRelay,
                              layout: SandboxLayout, bundleName: String, armed: ArmedEvent?,
-                             groups: [GroupMount]) throws(UserError) -> Int32 {
+                             groups: [GroupMount], suspendAt: Double?) throws(UserError) -> Int32 {
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
         guard pipe(&filter) == 0 else {
@@ -231,8 +234,8 @@ public struct Run {
             SandboxRecord.write(store, initPID: initPID, groups: groupMounts)
             relay.attach(.sandbox(initPID: initPID, sharesTerminal: !newSession))
             watchdog = SandboxWatchdog(initPID: initPID)
-            if let suspendAfter {
-                suspender = SuspensionTimer(after: suspendAfter, resumeAfter: resumeAfter, initPID: initPID, store: store, groups: groupMounts)
+            if let suspendAt {
+                suspender = SuspensionTimer(after: suspendAt, resumeAfter: resumeAfter, initPID: initPID, store: store, groups: groupMounts)
             }
         }
         let status = waitForExit(pid)

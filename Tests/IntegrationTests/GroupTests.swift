@@ -213,6 +213,30 @@ struct GroupTests {
         #expect(rows.stdout == "1\n")
     }
 
+    /// `--launches --suspend-after random`: each launch suspended at a moment drawn from the
+    /// seed, printed with it; the same seed, the same moments, whether the program holds a
+    /// shared lock then (killed, 204) or not (resumed, exits 0).
+    @Test func aSeededRandomSuspensionInLaunches() throws {
+        let device = try GroupDevice()
+        let options = ["--launches", "2", "--seed", "7", "--suspend-after", "random", "--within", "0.5", "--resume-after", "0.2"]
+        func moments(_ stderr: String) -> [String] {
+            stderr.split(separator: "\n").filter { $0.contains("suspended at") && $0.contains("drawn from seed 7") }.map(String.init)
+        }
+        let holding = #"exec flock "$APP_GROUP_COM_EXAMPLE_SHARED/g.lock" sleep 5"#
+        let killed = try runProgram([containerfsBinary, "run", device.app] + options + ["--", "sh", "-c", holding])
+        #expect(killed.status == 204 && killed.stderr.contains("0xdead10cc") && killed.stderr.contains("seed 7"), "\(killed)")
+        let survived = try runProgram([containerfsBinary, "run", device.app] + options + ["--json", "--", "sleep", "1"])
+        #expect(survived.status == 0 && survived.stderr.contains("suspended the program") && !survived.stderr.contains("0xdead10cc"), "\(survived)")
+        #expect(moments(survived.stderr).count == 2, "\(survived)")
+        #expect(moments(killed.stderr) == [moments(survived.stderr).first], "the same seed, the same moment: \(killed) \(survived)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(survived.stdout.utf8)) as? [String: Any])
+        let drawn = (report["launches"] as? [[String: Any]] ?? []).compactMap { $0["suspend_at"] as? Double }
+        #expect(drawn.count == 2 && drawn.allSatisfy { $0 >= 0 && $0 <= 0.5 }, "\(survived.stdout)")
+        #expect((report["replay"] as? String)?.contains("--suspend-after random --within 0.5") == true, "\(survived.stdout)")
+        let alone = try containerfs(["run", device.app, "--suspend-after", "random", "--", "true"])
+        #expect(alone.status == 64 && alone.stderr.contains("--launches"), "\(alone)")
+    }
+
     /// `containerfs suspend` and `resume` from another shell, with the widget running meanwhile.
     @Test func suspendAndResumeCommands() throws {
         let device = try GroupDevice()
