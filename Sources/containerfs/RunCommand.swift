@@ -43,7 +43,10 @@ struct RunCommand: ParsableCommand {
             in the store, the same from run to run, and change as on iOS: at 'containerfs \
             update', at the reinstall of an offloaded app, and in a restored store; --relocate \
             changes them at every one of --launches. A program that stores absolute paths \
-            breaks there as it would on a device. See docs/run.md.
+            breaks there as it would on a device. Each member group is then at \
+            /private/var/mobile/Containers/Shared/AppGroup/UUID, its APP_GROUP_ variable naming \
+            that path, under the group's own UUID: the same for all its members and from run to \
+            run, recorded in the group. See docs/run.md.
 
             --launches N runs the program N times, as N launches of the app, each in a mount \
             of its own; between launches tmp/ is emptied and the caches are purged as \

@@ -71,6 +71,29 @@ struct GroupTests {
         #expect(containerMounts(of: device.app) == [])
     }
 
+    /// Under `--layout ios` a member finds its group at iOS's path, under the group's UUID:
+    /// the same for the app and its extension and from run to run, recorded in the group.
+    @Test func theIOSLayoutShowsTheGroupUnderItsUUID() throws {
+        let device = try GroupDevice()
+        let script = #"printf '%s\n' "$APP_GROUP_COM_EXAMPLE_SHARED"; ls /groups 2>/dev/null || echo no-groups-folder; echo "$1" >> "$APP_GROUP_COM_EXAMPLE_SHARED/seen.txt""#
+        let app = try runProgram([containerfsBinary, "run", device.app, "--layout", "ios", "--", "sh", "-c", script, "sh", "app"])
+        #expect(app.status == 0, "\(app)")
+        let lines = app.stdout.split(separator: "\n").map(String.init)
+        let prefix = "/private/var/mobile/Containers/Shared/AppGroup/"
+        let path = try #require(lines.first)
+        #expect(path.hasPrefix(prefix) && UUID(uuidString: String(path.dropFirst(prefix.count))) != nil, "\(app)")
+        #expect(lines.dropFirst() == ["no-groups-folder"], "\(app)")
+        #expect(app.stderr.contains(GroupDevice.group + " at " + path), "\(app)")
+        let recorded = try String(contentsOfFile: device.groupStore + "/.containerfs/ios-uuid", encoding: .utf8)
+        #expect(prefix + recorded == path + "\n")
+        let widget = try runProgram([containerfsBinary, "run", device.widget, "--layout", "ios", "--", "sh", "-c", script + #"; cat "$APP_GROUP_COM_EXAMPLE_SHARED/seen.txt""#, "sh", "widget"])
+        #expect(widget.status == 0 && widget.stdout == path + "\nno-groups-folder\napp\nwidget\n", "\(widget)")
+        let again = try runProgram([containerfsBinary, "run", device.app, "--layout", "ios", "--relocate", "--launches", "2", "--", "sh", "-c", #"echo "$APP_GROUP_COM_EXAMPLE_SHARED""#])
+        #expect(again.status == 0 && again.stdout == path + "\n" + path + "\n", "the group keeps its UUID when the app's change: \(again)")
+        let other = try runProgram([containerfsBinary, "run", device.other, "--layout", "ios", "--", "sh", "-c", "ls /private/var/mobile/Containers/Shared 2>&1; env | grep -c APP_GROUP"])
+        #expect(other.stdout.contains("No such file") && other.stdout.hasSuffix("0\n"), "\(other)")
+    }
+
     @Test func aNonMemberSeesNothingOfTheGroup() throws {
         let device = try GroupDevice()
         try Data("secret\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/secret.txt"))
