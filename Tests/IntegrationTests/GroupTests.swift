@@ -324,6 +324,54 @@ struct GroupTests {
         #expect(full.stdout.contains("No space left on device"), "\(full)")
     }
 
+    /// One device's capacity, shared by the app, its widget and their group, through three
+    /// daemons (two apps' mounts, the group's): the app fills the device, and the widget —
+    /// which has no capacity of its own — is refused growth in its own Documents/ and in the
+    /// group, `df` showing no room in either. Then both write and delete at once, at the
+    /// edge of the capacity, and the device's count equals a walk of its containers.
+    @Test func aFullDeviceRefusesGrowthInEveryContainer() throws {
+        let device = try GroupDevice()
+        let shown = try containerfs(["capacity", device.device])
+        let used = try #require(shown.stdout.split(separator: " ").firstIndex(of: "used").flatMap { Int64(shown.stdout.split(separator: " ")[$0 + 1]) }, "\(shown)")
+        let capacity = (used / 4096 + 512) * 4096   // 2 MiB more than the device holds
+        #expect(try containerfs(["capacity", device.device, "\(capacity)"]).status == 0)
+        let widget = try device.start(device.widget, ["sh", "-c", #"G=$APP_GROUP_COM_EXAMPLE_SHARED; touch $G/w.up; while [ -e $G/w.up ]; do sleep 0.05; done; echo x > Documents/w.txt 2>/dev/null && echo own-written || echo own-refused; dd if=/dev/zero of=$G/more bs=4k count=1 2>/dev/null && echo group-written || echo group-refused; df -B1 --output=avail . $G | tail -2 | tr -s ' \n' ' '"#])
+        #expect(waitForFile(device.groupStore + "/w.up"))
+        let mounted = try containerfs(["capacity", device.device, "none"])
+        #expect(mounted.status == 1 && mounted.stderr.contains("mounted"), "\(mounted)")
+        let fill = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; dd if=/dev/zero of=$G/fill bs=64k count=16 2>/dev/null; dd if=/dev/zero of=Documents/fill bs=64k count=64 2>&1 | grep -c 'No space left'; df -B1 --output=avail . $G | tail -2 | tr -s ' \n' ' '; rm $G/w.up"#
+        let app = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", fill])
+        #expect(app.status == 0 && app.stdout == "1\n 0 0 ", "\(app)")
+        let widgetEnded = widget.wait()
+        #expect(widgetEnded.status == 0 && widgetEnded.stdout == "own-refused\ngroup-refused\n 0 0 ", "\(widgetEnded)")
+
+        // Concurrent writers at the edge of the capacity: files made, grown, cut and removed.
+        let writer = #"""
+        import os, random, sys
+        random.seed(sys.argv[1]); G = os.environ["APP_GROUP_COM_EXAMPLE_SHARED"]
+        for folder in ("Documents", G):
+            for name in ("fill",):
+                try: os.remove(os.path.join(folder, name))
+                except FileNotFoundError: pass
+        for i in range(300):
+            path = os.path.join(random.choice(["Documents", G]), "%s-%d" % (sys.argv[1], random.randrange(40)))
+            try:
+                if random.random() < 0.3 and os.path.exists(path): os.remove(path); continue
+                with open(path, "ab") as f: f.write(os.urandom(random.randrange(1, 48 * 1024)))
+                if random.random() < 0.2: os.truncate(path, random.randrange(8192))
+            except OSError: pass
+        """#
+        let other = try device.start(device.widget, ["python3", "-c", writer, "widget"])
+        let first = try runProgram([containerfsBinary, "run", device.app, "--", "python3", "-c", writer, "app"])
+        let second = other.wait()
+        #expect(first.status == 0 && second.status == 0, "\(first) \(second)")
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: device.device + "/.containerfs-device/ledger")))
+        let ledger = bytes.count == 8 ? bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } : -1
+        let walked = try containerfs(["capacity", device.device])
+        #expect(walked.stdout.contains("used \(ledger) bytes"), "the device's count \(ledger) is what a walk finds: \(walked)")
+        #expect(ledger <= capacity)
+    }
+
     /// A group's backup holds its root and Library but not its caches; restored without a
     /// bundle beside its apps, members find it whole; an app's archive is not a group's.
     @Test func backupAndRestoreOfTheGroupKeepItWhole() throws {
