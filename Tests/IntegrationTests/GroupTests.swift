@@ -372,6 +372,31 @@ struct GroupTests {
         #expect(ledger <= capacity)
     }
 
+    /// `purge DEVICE --until-free` measures the device's capacity: caches go across its
+    /// containers (store by store) only until the device has that much free, and never while
+    /// one of them runs.
+    @Test func lowStoragePurgesAcrossTheDevice() throws {
+        let device = try GroupDevice()
+        try Data(count: 512 * 1024).write(to: URL(fileURLWithPath: device.app + "/Library/Caches/app.bin"))
+        try Data(count: 512 * 1024).write(to: URL(fileURLWithPath: device.groupStore + "/Library/Caches/group.bin"))
+        let shown = try containerfs(["capacity", device.device])
+        let used = try #require(shown.stdout.split(separator: " ").firstIndex(of: "used").flatMap { Int64(shown.stdout.split(separator: " ")[$0 + 1]) }, "\(shown)")
+        #expect(try containerfs(["capacity", device.device, "\(used + 256 * 1024)"]).status == 0)
+        let widget = try device.start(device.widget, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/w.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/w.up"))
+        let running = try containerfs(["purge", device.device, "--caches", "--until-free", "700K"])
+        #expect(running.status == 1 && running.stderr.contains("in use"), "\(running)")
+        kill(widget.pid, SIGTERM)
+        _ = widget.wait()
+        let some = try containerfs(["purge", device.device, "--caches", "--until-free", "700K"])
+        #expect(some.status == 0 && some.stdout.contains("app.bin") && !some.stdout.contains("group.bin"), "\(some)")
+        #expect(FileManager.default.fileExists(atPath: device.groupStore + "/Library/Caches/group.bin"))
+        let more = try containerfs(["purge", device.device, "--caches", "--until-free", "1100K"])
+        #expect(more.status == 0 && more.stdout.contains("group.bin"), "\(more)")
+        let percent = try containerfs(["purge", device.app, "--caches", "--until-free", "10%"])
+        #expect(percent.status == 0, "a percentage of the device's capacity: \(percent)")
+    }
+
     /// A group's backup holds its root and Library but not its caches; restored without a
     /// bundle beside its apps, members find it whole; an app's archive is not a group's.
     @Test func backupAndRestoreOfTheGroupKeepItWhole() throws {
