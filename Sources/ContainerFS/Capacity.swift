@@ -97,12 +97,6 @@ final class SpaceAccount: Sendable {
     /// the summary a clean unmount left, if any (at mount) and if it is possible (no more
     /// than the store's file system holds), or by a walk.
     func reload(_ store: Store) {
-        // Attached once, at the first reload (the mount): the device's capacity is the one
-        // found then (`capacity DEVICE` is refused while a container of it is mounted).
-        if !hasDevice.load(ordering: .relaxed), let attached = try? DeviceLedger.attach(store) {
-            device.withLock { $0 = attached }
-            hasDevice.store(true, ordering: .relaxed)
-        }
         let capacity = Capacity.read(store) ?? (hasDevice.load(ordering: .relaxed) ? Int64.max : nil)
         if let capacity, !isActive {
             var device = statvfs()
@@ -112,6 +106,16 @@ final class SpaceAccount: Sendable {
             usedBytes.store(recorded ?? Capacity.usedBytes(rootFD: store.rootFD), ordering: .relaxed)
         }
         limitBytes.store(capacity ?? -1, ordering: .relaxed)
+    }
+
+    /// At mount, before the first `reload`: attaches to the device's capacity, if the
+    /// folder holding the store has one (DeviceLedger). Its capacity is the one found then:
+    /// `capacity DEVICE` is refused while a container of the device is mounted. A ledger
+    /// that cannot be opened fails the mount: its writes would go uncounted.
+    func attachDevice(_ store: Store) throws(UserError) {
+        guard !hasDevice.load(ordering: .relaxed), let attached = try DeviceLedger.attach(store) else { return }
+        device.withLock { $0 = attached }
+        hasDevice.store(true, ordering: .relaxed)
     }
 
     /// At mount, once the count is had: the summary goes, so that a daemon killed from

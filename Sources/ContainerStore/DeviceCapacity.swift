@@ -31,6 +31,10 @@ public enum DeviceCapacity {
         if creating {
             let made = withCName(folderName) { mkdirat(deviceFD, $0, 0o700) }
             if made != 0, errno != EEXIST { throw UserError("cannot make the device's state folder: \(Errno.current)") }
+            var device = stat()
+            if made == 0, geteuid() == 0, fstat(deviceFD, &device) == 0 {
+                _ = withCName(folderName) { fchownat(deviceFD, $0, device.st_uid, device.st_gid, AT_SYMLINK_NOFOLLOW) }
+            }
         }
         let fd = withCName(folderName) { openat(deviceFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else {
@@ -123,8 +127,20 @@ public enum DeviceCapacity {
 
     static func openLock(_ state: Int32, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
-        guard fd >= 0 else { throw UserError("cannot open the device's \(String(decoding: name, as: UTF8.self)): \(Errno.current)") }
+        guard fd >= 0 else {
+            throw UserError("cannot open the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device: \(Errno.current)")
+        }
+        ownedLikeTheFolder(fd, state)
         return fd
+    }
+
+    /// A file root made in the device's state folder belongs to the folder's owner, as the
+    /// rest of the device does: the owner's own daemons open it too.
+    static func ownedLikeTheFolder(_ fd: Int32, _ state: Int32) {
+        guard geteuid() == 0 else { return }
+        var folder = stat(), file = stat()
+        guard fstat(state, &folder) == 0, fstat(fd, &file) == 0, file.st_uid != folder.st_uid || file.st_gid != folder.st_gid else { return }
+        _ = fchown(fd, folder.st_uid, folder.st_gid)
     }
 }
 
@@ -170,6 +186,7 @@ public final class DeviceLedger: Sendable {
             close(attached)
             throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
         }
+        DeviceCapacity.ownedLikeTheFolder(ledger, state)
         let account = DeviceLedger(capacity: capacity, ledger: ledger, attached: attached)
         if flock(attached, LOCK_EX | LOCK_NB) == 0 {
             // No other daemon counts: the ledger may be stale; the stores say what is used.
