@@ -92,6 +92,9 @@ struct GroupTests {
         #expect(again.status == 0 && again.stdout == path + "\n" + path + "\n", "the group keeps its UUID when the app's change: \(again)")
         let other = try runProgram([containerfsBinary, "run", device.other, "--layout", "ios", "--", "sh", "-c", "ls /private/var/mobile/Containers/Shared 2>&1; env | grep -c APP_GROUP"])
         #expect(other.stdout.contains("No such file") && other.stdout.hasSuffix("0\n"), "\(other)")
+        // A kill at suspension names the locked file by the path the program used.
+        let killed = try runProgram([containerfsBinary, "run", device.app, "--layout", "ios", "--suspend-after", "0.5s", "--", "sh", "-c", #"exec flock "$APP_GROUP_COM_EXAMPLE_SHARED/g.lock" sleep 10"#])
+        #expect(killed.status == 204 && killed.stderr.contains(path + "/g.lock") && killed.stderr.contains("0xdead10cc"), "\(killed)")
     }
 
     @Test func aNonMemberSeesNothingOfTheGroup() throws {
