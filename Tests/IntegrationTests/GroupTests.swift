@@ -372,6 +372,10 @@ struct GroupTests {
         let ledger = bytes.count == 8 ? bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } : -1
         let walked = try containerfs(["capacity", device.device])
         #expect(walked.stdout.contains("used \(ledger) bytes"), "the device's count \(ledger) is what a walk finds: \(walked)")
+        // An independent walk: GNU du of each container, state folders excluded.
+        let du = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", device.app, device.widget, device.other, device.groupStore])
+        let total = du.stdout.split(separator: "\n").compactMap { Int64($0.prefix { $0.isNumber }) }.reduce(0, +)
+        #expect(du.status == 0 && total == ledger, "du \(total), the device's count \(ledger)")
         #expect(ledger <= capacity)
     }
 
