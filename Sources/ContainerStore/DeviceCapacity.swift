@@ -125,6 +125,37 @@ public enum DeviceCapacity {
         return (Int64(clamping: min(value, UInt64(Int64.max))), attached)
     }
 
+    /// What `settleChange` needs: the store's bytes before a command changes it behind
+    /// the mounts, when its device has a capacity that a mounted container's daemon counts
+    /// (otherwise nil: the next first mount walks the device anyway).
+    public struct ChangeMark {
+        let devicePath: String
+        let before: Int64
+    }
+
+    /// Marks `store` (not mounted) before a command changes it.
+    public static func markChange(_ store: Store) -> ChangeMark? {
+        let path = (store.resolvedPath as NSString).deletingLastPathComponent
+        guard read(devicePath: path) != nil, ledger(devicePath: path)?.attached == true else { return nil }
+        return ChangeMark(devicePath: path, before: Capacity.usedBytes(rootFD: store.rootFD))
+    }
+
+    /// After the change: what it took or freed goes into the device's ledger, under its lock.
+    public static func settleChange(_ mark: ChangeMark?, _ store: Store) {
+        guard let mark else { return }
+        let change = Capacity.usedBytes(rootFD: store.rootFD).subtractingSaturated(mark.before)
+        guard change != 0 else { return }
+        let deviceFD = Glibc.open(mark.devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard deviceFD >= 0 else { return }
+        defer { close(deviceFD) }
+        guard let state = try? stateFolder(deviceFD, creating: false) else { return }
+        defer { close(state) }
+        let fd = withCName(ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        _ = DeviceLedger.change(fd) { max(0, $0.addingSaturated(change)) }
+    }
+
     static func openLock(_ state: Int32, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
         guard fd >= 0 else {
@@ -228,7 +259,12 @@ public final class DeviceLedger: Sendable {
     /// lock; returns the new count. An unreadable ledger counts as empty.
     @discardableResult
     private func changing(_ update: (Int64) -> Int64) -> Int64 {
-        turn.withLock { _ in
+        turn.withLock { _ in Self.change(ledger, update) }
+    }
+
+    /// `changing` on the ledger open at `ledger`, under its `flock`.
+    static func change(_ ledger: Int32, _ update: (Int64) -> Int64) -> Int64 {
+        do {
             while flock(ledger, LOCK_EX) != 0, errno == EINTR {}
             defer { flock(ledger, LOCK_UN) }
             var bytes = [UInt8](repeating: 0, count: 8)

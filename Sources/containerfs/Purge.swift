@@ -79,7 +79,11 @@ struct PurgeCommand: ParsableCommand {
                 for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
                 return
             }
+            // Stores not mounted, on a device whose mounted containers' daemons keep its
+            // count: what goes is given back to the device's ledger (docs/capacity.md).
+            let marks = options.dryRun ? [] : opened.map { MountLock.holder($0) == nil ? DeviceCapacity.markChange($0) : nil }
             let report = try Purge.purge(opened, options)
+            for (store, mark) in zip(opened, marks) { DeviceCapacity.settleChange(mark, store) }
             var output = BufferedOutput()
             if json {
                 printJSON(report, opened, &output)

@@ -411,6 +411,21 @@ struct GroupTests {
         #expect(more.status == 0 && more.stdout.contains("group.bin"), "\(more)")
         let percent = try containerfs(["purge", device.app, "--caches", "--until-free", "10%"])
         #expect(percent.status == 0, "a percentage of the device's capacity: \(percent)")
+        // A purge of a container not running while another of the device runs gives what
+        // it freed back to the device's count, which the running daemons keep.
+        let cached = try runProgram([containerfsBinary, "run", device.app, "--", "dd", "if=/dev/zero", "of=Library/Caches/late.bin", "bs=64k", "count=2"])
+        #expect(cached.status == 0, "\(cached)")
+        let again = try device.start(device.widget, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/again.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/again.up"))
+        let behind = try containerfs(["purge", device.app, "--caches", "--all"])
+        #expect(behind.status == 0 && behind.stdout.contains("late.bin"), "\(behind)")
+        kill(again.pid, SIGTERM)
+        _ = again.wait()
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: device.device + "/.containerfs-device/ledger")))
+        let ledger = bytes.count == 8 ? bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } : -1
+        let du = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", device.app, device.widget, device.other, device.groupStore])
+        let total = du.stdout.split(separator: "\n").compactMap { Int64($0.prefix { $0.isNumber }) }.reduce(0, +)
+        #expect(total == ledger, "du \(total), the device's count \(ledger)")
     }
 
     /// A group's backup holds its root and Library but not its caches; restored without a
