@@ -143,9 +143,13 @@ public enum DeviceCapacity {
     /// After the change: what it took or freed goes into the device's ledger, under its lock.
     public static func settleChange(_ mark: ChangeMark?, _ store: Store) {
         guard let mark else { return }
-        let change = Capacity.usedBytes(rootFD: store.rootFD).subtractingSaturated(mark.before)
+        addToLedger(mark.devicePath, Capacity.usedBytes(rootFD: store.rootFD).subtractingSaturated(mark.before))
+    }
+
+    /// Adds `change` to the ledger of the device folder at `devicePath`, under its lock.
+    static func addToLedger(_ devicePath: String, _ change: Int64) {
         guard change != 0 else { return }
-        let deviceFD = Glibc.open(mark.devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard deviceFD >= 0 else { return }
         defer { close(deviceFD) }
         guard let state = try? stateFolder(deviceFD, creating: false) else { return }
@@ -154,6 +158,26 @@ public enum DeviceCapacity {
         guard fd >= 0 else { return }
         defer { close(fd) }
         _ = DeviceLedger.change(fd) { max(0, $0.addingSaturated(change)) }
+    }
+
+    /// As `markChange(_:)`, for a command that makes, replaces or changes the store at
+    /// `path` (which need not exist yet: then it had nothing). nil when the store is
+    /// mounted (its daemon counts its own changes) or its device keeps no live count.
+    public static func markChange(storePath path: String) -> ChangeMark? {
+        if let store = try? Store.open(path, changing: false) {
+            return MountLock.holder(store) == nil ? markChange(store) : nil
+        }
+        let device = (path as NSString).deletingLastPathComponent
+        guard read(devicePath: device.isEmpty ? "." : device) != nil,
+              ledger(devicePath: device.isEmpty ? "." : device)?.attached == true else { return nil }
+        return ChangeMark(devicePath: device.isEmpty ? "." : device, before: 0)
+    }
+
+    /// After the change to the store at `path`.
+    public static func settleChange(_ mark: ChangeMark?, storePath path: String) {
+        guard let mark else { return }
+        let after = (try? Store.open(path, changing: false)).map { Capacity.usedBytes(rootFD: $0.rootFD) } ?? 0
+        addToLedger(mark.devicePath, after.subtractingSaturated(mark.before))
     }
 
     static func openLock(_ state: Int32, _ name: [UInt8]) throws(UserError) -> Int32 {

@@ -419,11 +419,17 @@ struct GroupTests {
         #expect(waitForFile(device.groupStore + "/again.up"))
         let behind = try containerfs(["purge", device.app, "--caches", "--all"])
         #expect(behind.status == 0 && behind.stdout.contains("late.bin"), "\(behind)")
+        // So do a container made and a file delivered meanwhile.
+        let made = try containerfs(["create", device.device + "/Late", "--bundle", device.base + "/Demo.app", "--group", GroupDevice.group])
+        #expect(made.status == 0, "\(made)")
+        try Data(count: 64 * 1024).write(to: URL(fileURLWithPath: device.base + "/doc.bin"))
+        let delivered = try containerfs(["deliver", device.app, device.base + "/doc.bin"])
+        #expect(delivered.status == 0, "\(delivered)")
         kill(again.pid, SIGTERM)
         _ = again.wait()
         let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: device.device + "/.containerfs-device/ledger")))
         let ledger = bytes.count == 8 ? bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } : -1
-        let du = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", device.app, device.widget, device.other, device.groupStore])
+        let du = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", device.app, device.widget, device.other, device.groupStore, device.device + "/Late"])
         let total = du.stdout.split(separator: "\n").compactMap { Int64($0.prefix { $0.isNumber }) }.reduce(0, +)
         #expect(total == ledger, "du \(total), the device's count \(ledger)")
     }
