@@ -53,30 +53,51 @@ final class SpaceAccount: Sendable {
     /// count its growth once.
     private let folders = Mutex<[InodeKey: Int64]>([:])
 
-    /// Whether the container has a capacity (then the space is counted).
+    /// The device's capacity this container shares with the others of its device folder
+    /// (DeviceLedger), attached at mount; nil: none. Every reservation and change is made
+    /// in it too, so a full device refuses growth in any of its containers.
+    private let device = Mutex<DeviceLedger?>(nil)
+    /// Whether `device` is set: read on every request, without the mutex.
+    private let hasDevice = Atomic<Bool>(false)
+
+    @inline(__always)
+    private var ledger: DeviceLedger? { hasDevice.load(ordering: .relaxed) ? device.withLock { $0 } : nil }
+
+    /// Whether the container has a capacity, its own or its device's (then the space is counted).
     @inline(__always)
     var isActive: Bool { limitBytes.load(ordering: .relaxed) >= 0 }
 
-    /// The capacity, if any.
+    /// The container's own capacity, if any (`Int64.max` stands for none when only the
+    /// device has one).
     var capacity: Int64? {
         let limit = limitBytes.load(ordering: .relaxed)
         return limit >= 0 ? limit : nil
     }
 
+    /// The size shown as the simulated device's: the container's capacity, or its
+    /// device's when that is smaller.
+    var shownCapacity: Int64? {
+        guard let own = capacity else { return nil }
+        return min(own, ledger?.capacity ?? .max)
+    }
+
     /// The bytes in use (meaningful only with a capacity).
     var used: Int64 { max(0, usedBytes.load(ordering: .relaxed)) }
 
-    /// The bytes left before the capacity (0 when it is reached or passed).
+    /// The bytes left before the capacity, the container's or its device's, whichever
+    /// leaves less (0 when it is reached or passed).
     var free: Int64 {
         guard let capacity else { return .max }
-        return max(0, capacity - used)
+        let own = max(0, capacity.subtractingSaturated(used))
+        guard let ledger else { return own }
+        return min(own, ledger.free)
     }
 
     /// Reads the store's capacity again; counts the store when it did not have one: from
     /// the summary a clean unmount left, if any (at mount) and if it is possible (no more
     /// than the store's file system holds), or by a walk.
     func reload(_ store: Store) {
-        let capacity = Capacity.read(store)
+        let capacity = Capacity.read(store) ?? (hasDevice.load(ordering: .relaxed) ? Int64.max : nil)
         if let capacity, !isActive {
             var device = statvfs()
             let size = fstatvfs(store.rootFD, &device) == 0
@@ -85,6 +106,16 @@ final class SpaceAccount: Sendable {
             usedBytes.store(recorded ?? Capacity.usedBytes(rootFD: store.rootFD), ordering: .relaxed)
         }
         limitBytes.store(capacity ?? -1, ordering: .relaxed)
+    }
+
+    /// At mount, before the first `reload`: attaches to the device's capacity, if the
+    /// folder holding the store has one (DeviceLedger). Its capacity is the one found then:
+    /// `capacity DEVICE` is refused while a container of the device is mounted. A ledger
+    /// that cannot be opened fails the mount: its writes would go uncounted.
+    func attachDevice(_ store: Store) throws(UserError) {
+        guard !hasDevice.load(ordering: .relaxed), let attached = try DeviceLedger.attach(store) else { return }
+        device.withLock { $0 = attached }
+        hasDevice.store(true, ordering: .relaxed)
     }
 
     /// At mount, once the count is had: the summary goes, so that a daemon killed from
@@ -97,13 +128,18 @@ final class SpaceAccount: Sendable {
     /// `freedSince`: bytes the daemon deleted itself after the last request (tmp/).
     func unmounted(_ store: Store, freedSince: Int64) {
         guard isActive else { return }
+        // What the daemon emptied itself (tmp/) is freed on the device too.
+        ledger?.add(-max(0, freedSince))
         Capacity.writeSummary(stateFD: store.stateFD, max(0, used.addingSaturated(-freedSince)))
     }
 
     /// Counts the store again, after containerfs commands changed it behind the mount:
     /// the walk, and `held` bytes of files unlinked but still open, which it cannot see.
     func recount(_ store: Store, held: Int64) {
-        usedBytes.store(Capacity.usedBytes(rootFD: store.rootFD).addingSaturated(held), ordering: .relaxed)
+        let counted = Capacity.usedBytes(rootFD: store.rootFD).addingSaturated(held)
+        let before = usedBytes.exchange(counted, ordering: .relaxed)
+        // What the commands changed, in the device's count too.
+        ledger?.add(counted.subtractingSaturated(before))
     }
 
     /// The files unlinked or never named that programs still hold open.
@@ -131,19 +167,33 @@ final class SpaceAccount: Sendable {
     func reserve(_ wanted: Int64) -> Int64 {
         guard wanted > 0 else { return 0 }
         var current = usedBytes.load(ordering: .relaxed)
+        var granted: Int64 = 0
         while true {
-            let granted = min(wanted, max(0, limitBytes.load(ordering: .relaxed).subtractingSaturated(current)))
+            granted = min(wanted, max(0, limitBytes.load(ordering: .relaxed).subtractingSaturated(current)))
             guard granted > 0 else { return 0 }
             let (exchanged, original) = usedBytes.compareExchange(
                 expected: current, desired: current.addingSaturated(granted), ordering: .relaxed)
-            if exchanged { return granted }
+            if exchanged { break }
             current = original
         }
+        guard let ledger else { return granted }
+        // The device grants what is left of it; the rest goes back to the container.
+        let shared = ledger.reserve(granted)
+        if shared < granted { settleHere(reserved: granted, actual: shared) }
+        return shared
     }
 
     /// Replaces a reservation by what the change really took (negative: freed).
     @inline(__always)
     func settle(reserved: Int64, actual: Int64) {
+        let change = actual.subtractingSaturated(reserved)
+        guard change != 0 else { return }
+        ledger?.add(change)
+        settleHere(reserved: reserved, actual: actual)
+    }
+
+    /// `settle` in the container's own count only.
+    private func settleHere(reserved: Int64, actual: Int64) {
         let change = actual.subtractingSaturated(reserved)
         guard change != 0 else { return }
         // Saturated, and never below nothing: a count made wrong (a false record, a change
@@ -506,7 +556,7 @@ extension FileSystem {
     /// The store's statistics as the simulated device shows them: the capacity as the
     /// size, what is left of it as free and available (never more than the store's own).
     func capacityStatistics(_ info: statvfs) -> statvfs {
-        guard let capacity = space.capacity else { return info }
+        guard let capacity = space.shownCapacity else { return info }
         var result = info
         let unit = Int64(max(1, info.f_frsize))
         let total = capacity / unit

@@ -170,6 +170,7 @@ public final class Session {
         }
         // With a capacity, the store is counted here: from the summary of the last clean
         // unmount, or by a walk (see docs/capacity.md).
+        try fileSystem.space.attachDevice(store)
         fileSystem.space.reload(store)
         fileSystem.space.mounted(store)
         if options.uring == .on { try Self.switchOnKernelUring() }

@@ -22,8 +22,30 @@ public enum LowStorage {
     }
 
     /// The store's free space: capacity − used, or without a capacity its file system's
-    /// available bytes.
+    /// available bytes; in a device folder with a capacity of its own (docs/capacity.md,
+    /// "One device's capacity"), never more than the device has left (a walk of its
+    /// containers).
     public static func freeBytes(_ store: Store) -> Int64 {
+        let own = ownFreeBytes(store)
+        let devicePath = devicePath(of: store)
+        guard let deviceCapacity = DeviceCapacity.read(devicePath: devicePath),
+              let used = try? DeviceCapacity.usedBytes(devicePath: devicePath) else { return own }
+        return min(own, max(0, deviceCapacity.subtractingSaturated(used)))
+    }
+
+    /// The folder holding the store: its device.
+    private static func devicePath(of store: Store) -> String {
+        let path = store.resolvedPath
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// The capacity a percentage is of: the store's own, else its device's.
+    private static func capacity(of store: Store) -> Int64? {
+        Capacity.read(store) ?? DeviceCapacity.read(devicePath: devicePath(of: store))
+    }
+
+    private static func ownFreeBytes(_ store: Store) -> Int64 {
         if let capacity = Capacity.read(store) {
             return max(0, capacity - Capacity.usedBytes(rootFD: store.rootFD))
         }
@@ -35,7 +57,7 @@ public enum LowStorage {
     /// A threshold from the command line: SIZE, or PERCENT of the capacity (`10%`).
     /// Refused when it does not parse, or exceeds the capacity (nothing could satisfy it).
     public static func threshold(_ text: String, for store: Store, option: String) throws(UserError) -> Int64 {
-        let capacity = Capacity.read(store)
+        let capacity = capacity(of: store)
         var bytes: Int64
         if text.hasSuffix("%") {
             guard let percent = Int64(text.dropLast()), (0...100).contains(percent) else {

@@ -41,6 +41,9 @@ public struct Launches: Sendable {
     public var event: Event?
     /// Print the launches' report as JSON on stdout at the end (`--json`).
     public var json = false
+    /// `--suspend-after random`: every launch is suspended at a moment drawn from `seed`
+    /// between 0 and this many seconds (docs/groups.md); nil: no drawn suspension.
+    public var randomSuspension: Double?
 
     /// `count` launches purging `purge` between them, drawing from `seed`.
     public init(count: Int, seed: UInt64, purge: PurgeBetween, shareEdits: Bool = false, event: Event? = nil) {
@@ -108,11 +111,28 @@ public struct Launches: Sendable {
         }
     }
 
+    /// The moment launch `number` (1-based) is suspended with `--suspend-after random`, in
+    /// seconds: drawn from the seed on a stream of its own, so the same seed gives the same
+    /// moments whatever the purge, the edits or a power cut draw. Every launch has one.
+    public func suspensionMoment(ofLaunch number: Int) -> Double? {
+        guard let within = randomSuspension, within.isFinite, within > 0, within <= 86400, number >= 1, number <= count else { return nil }
+        var generator = SplitMix64(seed: seed ^ 0x5355_5350_454E_4421)   // "SUSPEND!"
+        var draw: UInt64 = 0
+        for _ in 0..<number { draw = generator.next() }
+        // Milliseconds, as the power cut's: a moment printed is the moment replayed.
+        return Double(draw % UInt64(max(1, within * 1000) + 1)) / 1000
+    }
+
     /// The options that replay these launches.
     public var replay: String {
         var text = "--launches \(count) --purge-between \(purge.rawValue)\(shareEdits ? " --share-edits random" : "") --seed \(seed)"
         if let event { text += " --\(event.kind.rawValue) \(event.moment.option)" }
         if let event, event.kind == .powerCut, event.model != .posix { text += " --power-model \(event.model.rawValue)" }
+        if let within = randomSuspension {
+            text += " --suspend-after random"
+            // One --within serves both draws; named once.
+            if event?.moment != .random(within: within) { text += " --within \(within)" }
+        }
         return text
     }
 
@@ -213,9 +233,13 @@ extension Run {
             let armed = launches.moment(ofLaunch: number).flatMap { moment in
                 launches.event.map { ArmedEvent(kind: $0.kind, moment: moment, store: opened) }
             }
+            if let at = launches.suspensionMoment(ofLaunch: number) {
+                say("launch \(number) of \(launches.count): suspended at \(at) s (drawn from seed \(launches.seed))")
+            }
             let status = try launch(opened, sandbox: sandbox, relay: relay, lock: lock, groups: groups, number: number,
                                 purgedBefore: purged, armed: armed)
             var entry = LaunchesReport.Entry(launch: number, status: status)
+            entry.suspendedAt = launches.suspensionMoment(ofLaunch: number)
             if let armed, let fired = armed.outcome {
                 entry.event = armed.kind.rawValue
                 entry.at = armed.moment
@@ -377,6 +401,8 @@ struct LaunchesReport {
         var event: String?
         var at: Double?
         var dropped: PowerCutReport?
+        /// The drawn moment of `--suspend-after random`.
+        var suspendedAt: Double?
     }
     let seed: UInt64
     let replay: String
@@ -396,6 +422,7 @@ struct LaunchesReport {
             var object: [String: Any] = ["launch": entry.launch, "status": entry.status.map { Int($0) } as Any? ?? NSNull()]
             if let event = entry.event { object["event"] = event }
             if let at = entry.at { object["at"] = at }
+            if let suspendedAt = entry.suspendedAt { object["suspend_at"] = suspendedAt }
             if let dropped = entry.dropped {
                 object["dropped"] = ["files": dropped.files, "bytes": dropped.bytes, "names": dropped.names, "untracked": dropped.untracked]
             }

@@ -138,8 +138,11 @@ public struct Run {
         defer { armed?.exited() }
         if let sandbox {
             let layout = try layout(opened, launch: number)
+            // A drawn moment (`--suspend-after random`) for this launch, or the fixed one.
+            let suspendAt = launches?.suspensionMoment(ofLaunch: number) ?? suspendAfter
             let ended = try runConfined(sandbox, opened, mountpoint: mountpoint, newSession: !sharesTerminal, relay: relay, layout: layout,
-                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed, groups: groups)
+                                        bundleName: String(decoding: opened.layout.bundleName, as: UTF8.self), armed: armed, groups: groups,
+                                        suspendAt: suspendAt)
             status = ended
             return ended
         }
@@ -172,7 +175,17 @@ public struct Run {
     /// is the program's, 128+N for a signal).
     private func runConfined(_ sandbox: Sandbox, _ store: Store, mountpoint: String, newSession: Bool, relay: SignalRelay,
                              layout: SandboxLayout, bundleName: String, armed: ArmedEvent?,
-                             groups: [GroupMount]) throws(UserError) -> Int32 {
+                             groups: [GroupMount], suspendAt: Double?) throws(UserError) -> Int32 {
+        // Where each group is shown: under iOS's paths, at the group's own recorded UUID
+        // (drawn before any descriptor of the sandbox is open: a failure leaks none).
+        var shown: [SharedGroupMount] = []
+        for group in groups {
+            let uuid: String? = iosLayout ? try ContainerUUIDs.group(group.store) : nil
+            shown.append((group.identifier, group.mountpoint, layout.groupPath(group.identifier, groupUUID: uuid)))
+        }
+        if iosLayout, !shown.isEmpty {
+            FileHandleOutput.standardError.write("containerfs: " + shown.map { "\($0.identifier) at \($0.inside)" }.joined(separator: ", ") + "\n")
+        }
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
         guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
         guard pipe(&filter) == 0 else {
@@ -201,11 +214,11 @@ public struct Run {
         let line = sandbox.commandLine(mountpoint: mountpoint, command: command,
                                        environment: Sandbox.environment(home: layout.home, bundle: iosLayout ? layout.bundle(bundleName) : nil,
                                                                         added: addedEnvironment,
-                                                                        groups: groups.map { ($0.identifier, AppGroup.sandboxPath(of: $0.identifier)) }),
+                                                                        groups: shown.map { ($0.identifier, $0.inside) }),
                                        newSession: newSession, terminalSignals: relay.caught, infoFD: infoFD,
                                        filterFD: filterFD, devicesFolder: asRoot ? Self.devicesFolder(of: mountpoint) : nil,
                                        accountFDs: accounts.map { _ in (passwdFD, groupFD) }, grantFDs: grantFDs,
-                                       layout: layout, bundleName: bundleName, groups: groups.map { ($0.identifier, $0.mountpoint) })
+                                       layout: layout, bundleName: bundleName, groups: shown)
         var passing: [(fd: Int32, as: Int32)] = [(info[1], infoFD), (filter[0], filterFD)]
         if let accounts { passing += [(accounts.passwd, passwdFD), (accounts.group, groupFD)] }
         passing += zip(sandbox.grants, grantFDs).map { ($0.fd, $1) }
@@ -228,16 +241,15 @@ public struct Run {
         var suspender: SuspensionTimer?
         SandboxRecord.clear(store)
         defer { SandboxRecord.clear(store) }
-        let groupMounts = groups.map { (identifier: $0.identifier, mountpoint: $0.mountpoint) }
         if let data = text.data(using: .utf8),
            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
            let initPID = (object["child-pid"] as? NSNumber)?.int32Value {
             // For `containerfs suspend` and `resume` (Suspension.swift).
-            SandboxRecord.write(store, initPID: initPID, groups: groupMounts)
+            SandboxRecord.write(store, initPID: initPID, groups: shown)
             relay.attach(.sandbox(initPID: initPID, sharesTerminal: !newSession))
             watchdog = SandboxWatchdog(initPID: initPID)
-            if let suspendAfter {
-                suspender = SuspensionTimer(after: suspendAfter, resumeAfter: resumeAfter, initPID: initPID, store: store, groups: groupMounts)
+            if let suspendAt {
+                suspender = SuspensionTimer(after: suspendAt, resumeAfter: resumeAfter, initPID: initPID, store: store, groups: shown)
             }
         }
         let status = waitForExit(pid)

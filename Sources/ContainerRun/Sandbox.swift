@@ -15,6 +15,18 @@ public enum SandboxLayout: Sendable, Equatable {
 
     /// Where iOS keeps apps' data containers.
     public static let dataFolder = "/private/var/mobile/Containers/Data/Application"
+    /// Where iOS keeps App Group containers, each under the group's UUID.
+    public static let groupFolder = "/private/var/mobile/Containers/Shared/AppGroup"
+
+    /// Where a member group is shown: `/groups/ID`, or under iOS's paths
+    /// `groupFolder/<UUID>` (`groupUUID`, the group's recorded one).
+    public func groupPath(_ identifier: String, groupUUID: String?) -> String {
+        switch self {
+        case .home: AppGroup.sandboxPath(of: identifier)
+        case .ios: Self.groupFolder + "/" + (groupUUID ?? identifier)
+        }
+    }
+
     /// Where iOS keeps apps' bundle containers.
     public static let bundleFolder = "/private/var/containers/Bundle/Application"
 
@@ -139,13 +151,13 @@ public struct Sandbox {
     ///   the program (`--env LD_PRELOAD=…`) must not reach the host's side. bubblewrap sets
     ///   the program's with `--clearenv` and `--setenv`.
     /// - `layout`, `bundleName`: where the container and its bundle appear.
-    /// - `groups`: the member groups' mounts, each shown at `AppGroup.sandboxPath(of:)`
-    ///   (`/groups/ID`) and nothing else of their folders.
+    /// - `groups`: the member groups' mounts, each shown at its `inside` path
+    ///   (`/groups/ID`, `SandboxLayout.groupPath`) and nothing else of their folders.
     func commandLine(mountpoint: String, command: [String], environment: [String: String], newSession: Bool,
                      terminalSignals: [Int32], infoFD: Int32, filterFD: Int32, devicesFolder: String? = nil,
                      accountFDs: (passwd: Int32, group: Int32)? = nil, grantFDs: [Int32] = [],
                      layout: SandboxLayout = .home, bundleName: String = "",
-                     groups: [(identifier: String, mountpoint: String)] = []) -> (executable: String, arguments: [String]) {
+                     groups: [SharedGroupMount] = []) -> (executable: String, arguments: [String]) {
         let names = newSession ? "" : terminalSignals.compactMap { Self.signalNames[$0] }.joined(separator: ",")
         var arguments = bubblewrapArguments(mountpoint: mountpoint, newSession: newSession, infoFD: infoFD,
                                             filterFD: filterFD, devicesFolder: devicesFolder, accountFDs: accountFDs,
@@ -169,7 +181,7 @@ public struct Sandbox {
     /// bubblewrap's own arguments (`argv[0]` included), up to `--`.
     private func bubblewrapArguments(mountpoint: String, newSession: Bool, infoFD: Int32, filterFD: Int32, devicesFolder: String?,
                                      accountFDs: (passwd: Int32, group: Int32)?, grantFDs: [Int32], layout: SandboxLayout,
-                                     bundleName: String, groups: [(identifier: String, mountpoint: String)] = []) -> [String] {
+                                     bundleName: String, groups: [SharedGroupMount] = []) -> [String] {
         // A user namespace always, even for root: the program has no capability (a root
         // one could remount the read-only binds and write the host), cannot make another
         // user namespace to get some back, and bubblewrap sets no_new_privs.
@@ -224,11 +236,12 @@ public struct Sandbox {
             arguments += ["--bind", mountpoint + "/" + bundleName, bundle]
             arguments += ["--tmpfs", home + "/" + bundleName, "--remount-ro", home + "/" + bundleName]
         }
-        // Each member group's mount, and only those: /groups is made on the sandbox's own
-        // read-only root, so no other group or host folder is below it. Identifiers are
+        // Each member group's mount, and only those, at `group.inside` (`/groups/ID`, or
+        // its UUID under Shared/AppGroup): made on the sandbox's own read-only root, so no
+        // other group or host folder is below it. Identifiers are
         // single harmless names (AppGroup.problem), checked again when read.
         for group in groups where AppGroup.problem(with: group.identifier) == nil {
-            arguments += ["--bind", group.mountpoint, AppGroup.sandboxPath(of: group.identifier)]
+            arguments += ["--bind", group.mountpoint, group.inside]
         }
         // The caller's binds last, so that one below /tmp is not hidden by the container's
         // tmp (bubblewrap makes its mount point there, purged with tmp). `init` refused

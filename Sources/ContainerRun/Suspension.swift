@@ -101,8 +101,8 @@ public enum Suspension {
     /// The file locks the sandbox's processes hold (`lock:` lines of /proc/PID/fdinfo/N,
     /// which name the locks set through that open file: flock, POSIX and OFD), each named
     /// as the program sees it. `groups`: the member groups' host mount points, by identifier.
-    static func heldLocks(sandbox initPID: pid_t, groups: [(identifier: String, mountpoint: String)]) -> [HeldLock] {
-        var groupDevices: [UInt64: (identifier: String, mountpoint: String)] = [:]
+    static func heldLocks(sandbox initPID: pid_t, groups: [SharedGroupMount]) -> [HeldLock] {
+        var groupDevices: [UInt64: SharedGroupMount] = [:]
         for group in groups {
             var info = stat()
             if stat(group.mountpoint, &info) == 0 { groupDevices[UInt64(info.st_dev)] = group }
@@ -119,7 +119,7 @@ public enum Suspension {
                 let group = stat("/proc/\(pid)/fd/\(fd)", &file) == 0 ? groupDevices[UInt64(file.st_dev)] : nil
                 var path = target
                 if let group, target.hasPrefix(group.mountpoint) {
-                    path = AppGroup.sandboxPath(of: group.identifier) + target.dropFirst(group.mountpoint.count)
+                    path = group.inside + target.dropFirst(group.mountpoint.count)
                 } else if target.hasPrefix("/tmp/containerfs-run-"), let range = target.range(of: "/container") {
                     path = Sandbox.home + target[range.upperBound...]
                 }
@@ -131,7 +131,7 @@ public enum Suspension {
 
     /// Suspends the sandbox: stops it, then applies `SuspensionRule`; a program killed is
     /// killed whole (its init, and with it its pid namespace).
-    public static func suspend(sandbox initPID: pid_t, groups: [(identifier: String, mountpoint: String)]) -> SuspensionRule.Verdict {
+    public static func suspend(sandbox initPID: pid_t, groups: [SharedGroupMount]) -> SuspensionRule.Verdict {
         stop(sandbox: initPID)
         let verdict = SuspensionRule.verdict(heldLocks(sandbox: initPID, groups: groups))
         if case .killed = verdict {
@@ -142,6 +142,10 @@ public enum Suspension {
     }
 }
 
+/// A member group as a run shows it: its identifier, its host mount point and where the
+/// program sees it (`/groups/ID`, or under `--layout ios` the group's iOS path).
+public typealias SharedGroupMount = (identifier: String, mountpoint: String, inside: String)
+
 /// What a running `containerfs run` records for `containerfs suspend` and `resume`, in its
 /// store's state folder (`.containerfs/sandbox`), and what a suspension reports back
 /// (`.containerfs/terminated`): `run` removes both when it ends.
@@ -150,8 +154,9 @@ public enum SandboxRecord {
     static let terminatedName = Array(name: "terminated")
 
     /// Records the sandbox's init and the member groups' mounts.
-    static func write(_ store: Store, initPID: pid_t, groups: [(identifier: String, mountpoint: String)]) {
-        let text = "\(initPID)\n" + groups.map { "\($0.identifier) \($0.mountpoint)\n" }.joined()
+    static func write(_ store: Store, initPID: pid_t, groups: [SharedGroupMount]) {
+        // The mount points are ours (no space); the inside path names a lock as the program sees it.
+        let text = "\(initPID)\n" + groups.map { "\($0.identifier) \($0.mountpoint) \($0.inside)\n" }.joined()
         let aside = fileName + Array(".new".utf8)
         _ = withCName(aside) { unlinkat(store.stateFD, $0, 0) }
         guard (try? writeNewFile(at: store.stateFD, aside, Array(text.utf8), mode: 0o600)) != nil else { return }
@@ -159,15 +164,14 @@ public enum SandboxRecord {
     }
 
     /// The recorded sandbox of `store`, if a run records one.
-    static func read(_ store: Store) -> (initPID: pid_t, groups: [(identifier: String, mountpoint: String)])? {
+    static func read(_ store: Store) -> (initPID: pid_t, groups: [SharedGroupMount])? {
         guard let bytes = try? readFile(at: store.stateFD, fileName, limit: smallStateFileLimit) else { return nil }
         let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
         guard let first = lines.first, let pid = pid_t(first), pid > 1 else { return nil }
-        let groups = lines.dropFirst().compactMap { line -> (identifier: String, mountpoint: String)? in
-            guard let space = line.firstIndex(of: " ") else { return nil }
-            let identifier = String(line[..<space])
-            guard AppGroup.problem(with: identifier) == nil else { return nil }
-            return (identifier, String(line[line.index(after: space)...]))
+        let groups = lines.dropFirst().compactMap { line -> SharedGroupMount? in
+            let fields = line.split(separator: " ", maxSplits: 2).map(String.init)
+            guard fields.count >= 2, AppGroup.problem(with: fields[0]) == nil else { return nil }
+            return (fields[0], fields[1], fields.count == 3 ? fields[2] : AppGroup.sandboxPath(of: fields[0]))
         }
         return (pid, groups)
     }
@@ -209,7 +213,7 @@ extension Suspension {
     /// The store and its run's sandbox: only while a run holds the store's run lock, and
     /// only a sandbox in a pid namespace of its own whose processes run as the app user
     /// (root's runs) or as this user, so a planted record cannot aim the signals elsewhere.
-    private static func runningSandbox(_ path: String) throws(UserError) -> (Store, (initPID: pid_t, groups: [(identifier: String, mountpoint: String)])) {
+    private static func runningSandbox(_ path: String) throws(UserError) -> (Store, (initPID: pid_t, groups: [SharedGroupMount])) {
         let store = try Store.open(path, changing: false)
         try store.requireApp(for: "suspend and resume")
         guard RunLock.isHeld(store), let sandbox = SandboxRecord.read(store) else {
@@ -231,7 +235,7 @@ final class SuspensionTimer: @unchecked Sendable {
     private let ended = DispatchSemaphore(value: 0)
     private let thread: Thread
 
-    init(after delay: Double, resumeAfter: Double, initPID: pid_t, store: Store, groups: [(identifier: String, mountpoint: String)]) {
+    init(after delay: Double, resumeAfter: Double, initPID: pid_t, store: Store, groups: [SharedGroupMount]) {
         let ended = ended
         thread = Thread {
             guard ended.wait(timeout: .now() + delay) == .timedOut else { return }

@@ -54,4 +54,39 @@ public struct ContainerUUIDs: Equatable, Sendable {
     public static func forget(_ store: Store) {
         _ = withCName(fileName) { unlinkat(store.stateFD, $0, 0) }
     }
+
+    static let groupFileName = Array("ios-uuid".utf8)
+
+    /// The UUID under which `run --layout ios` shows the group container `group` to its
+    /// members (`/private/var/mobile/Containers/Shared/AppGroup/<UUID>`, docs/groups.md):
+    /// one per group, the same for every member and from run to run, recorded in the
+    /// group's state folder (`ios-uuid`) at the first run that needs it. Two members'
+    /// first runs at once agree: each writes its draw aside and links it to the name, which
+    /// only the first link makes; both then read the one recorded.
+    public static func group(_ group: Store) throws(UserError) -> String {
+        if let recorded = recordedGroup(group) { return recorded }
+        let temporary = Array(".ios-uuid.\(getpid())".utf8)
+        do {
+            _ = withCName(temporary) { unlinkat(group.stateFD, $0, 0) }
+            try writeNewFile(at: group.stateFD, temporary, Array("\(UUID().uuidString)\n".utf8), mode: 0o600)
+            defer { _ = withCName(temporary) { unlinkat(group.stateFD, $0, 0) } }
+            let linked = withCName(temporary) { from in withCName(groupFileName) { to in linkat(group.stateFD, from, group.stateFD, to, 0) } }
+            if linked != 0, errno != EEXIST { throw Errno.current }
+        } catch {
+            throw UserError("cannot record the group's UUID in \(group.statePath): \(error)")
+        }
+        guard let recorded = recordedGroup(group) else {
+            throw UserError("the group's UUID recorded in \(group.statePath) is damaged: remove \(group.statePath)/ios-uuid, the next run draws a new one")
+        }
+        return recorded
+    }
+
+    /// The group's recorded UUID, or nil when none is (or it is not one upper-case UUID).
+    static func recordedGroup(_ group: Store) -> String? {
+        guard let bytes = try? readFile(at: group.stateFD, groupFileName, limit: smallStateFileLimit) else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard text.hasSuffix("\n") else { return nil }
+        let line = String(text.dropLast())
+        return UUID(uuidString: line) != nil && line == line.uppercased() ? line : nil
+    }
 }

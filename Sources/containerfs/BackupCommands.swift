@@ -162,6 +162,9 @@ struct RestoreCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { settle() }
             let groups = try Store.checkGroupIdentifiers(group)
             if !groups.isEmpty, bundle == nil { throw UserError.usage("--group goes with --bundle: only an app belongs to groups") }
             // As create: the key first, so a key that cannot be had writes nothing.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ContainerPurge
 import ContainerStore
+import Glibc
 
 struct CapacityCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -17,11 +18,17 @@ struct CapacityCommand: ParsableCommand {
             what would not fit. mount and run --low-storage, purge --until-free free space before \
             a launch. See docs/capacity.md.
 
+            On a device folder (one holding app and group containers, docs/groups.md) the \
+            capacity is the device's, shared by all its containers: a full device refuses growth \
+            in any of them, and df in each shows the device's free space. It is changed only while \
+            none of them is mounted. A container's own capacity still applies within it. See \
+            docs/capacity.md.
+
             Examples: 'containerfs capacity ~/C 8M'; 'containerfs capacity ~/C none'; \
             'containerfs capacity ~/C' (show, recount).
             """)
 
-    @Argument(help: "The container store.")
+    @Argument(help: "The container store, or a device folder (its containers share the capacity).")
     var store: String
 
     @Argument(help: ArgumentHelp("Bytes, or a number with K, M, G or T (powers of 1024); 'none' removes the capacity.", valueName: "SIZE|none"))
@@ -31,6 +38,11 @@ struct CapacityCommand: ParsableCommand {
         try reportingErrors {
             // Parsed before the store is opened: bad input leaves it untouched.
             let capacity = try size.map { (text) throws(UserError) in try parseCapacity(text) }
+            // A device folder (no store itself): the capacity all its containers share.
+            var state = stat()
+            if lstat(store + "/.containerfs", &state) != 0, (try? Device.stores(store)) != nil {
+                return try device(capacity)
+            }
             let opened = try Store.open(store, changing: false, replacingCapacity: capacity != nil)
             if let capacity {
                 try Capacity.write(opened, capacity.bytes)
@@ -46,6 +58,19 @@ struct CapacityCommand: ParsableCommand {
             let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
             FileHandleOutput.standardOutput.write("capacity of \(store): \(shown); used \(used) bytes (\(humanBytes(used)))\n")
         }
+    }
+
+    /// `capacity DEVICE [SIZE|none]`: the device's capacity, shared by its containers.
+    private func device(_ capacity: CapacityChoice?) throws(UserError) {
+        if let capacity { try DeviceCapacity.write(devicePath: store, capacity.bytes) }
+        let current = DeviceCapacity.read(devicePath: store)
+        let used = try DeviceCapacity.usedBytes(devicePath: store)
+        let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
+        var line = "capacity of the device \(store): \(shown); used \(used) bytes (\(humanBytes(used))) in its containers"
+        if current != nil, let ledger = DeviceCapacity.ledger(devicePath: store), ledger.attached {
+            line += "; \(ledger.used) bytes as its mounted containers' daemons count it"
+        }
+        FileHandleOutput.standardOutput.write(line + "\n")
     }
 }
 
@@ -76,4 +101,13 @@ func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [
         output.write("low storage: purged \(store.path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes\n")
     }
     output.write("low storage: \(store.path) had \(humanBytes(report.freeBefore)) free, now \(humanBytes(report.freeAfter)) (asked for \(humanBytes(wanted)))\n")
+}
+
+/// Marks the stores at `paths` (made or not yet) before a command changes them behind the
+/// mounts of their device; the closure returned gives what changed to the device's live
+/// count, when a mounted container's daemon keeps one (docs/capacity.md). A store mounted
+/// is left to its daemon.
+func deviceChanges(_ paths: [String]) -> () -> Void {
+    let marks = paths.map { ($0, DeviceCapacity.markChange(storePath: $0)) }
+    return { for (path, mark) in marks { DeviceCapacity.settleChange(mark, storePath: path) } }
 }

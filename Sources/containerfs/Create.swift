@@ -38,6 +38,9 @@ struct Create: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { settle() }
             let groups = try Store.checkGroupIdentifiers(group)
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             // The key first: a key that cannot be had leaves no container behind.
@@ -94,6 +97,9 @@ struct CreateGroup: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let settle = deviceChanges([path])
+            defer { settle() }
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             let protection = protection
             let created = try Store.createGroup(at: path, configure: { _, stateFD in

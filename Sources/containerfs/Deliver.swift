@@ -30,6 +30,9 @@ struct Deliver: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let settle = deviceChanges([store])
+            defer { settle() }
             let opened = try Store.open(store)
             try opened.requireApp(for: "deliver")
             try Delivery.checkFits(files, into: opened)

@@ -35,6 +35,9 @@ struct Update: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { settle() }
             let groups = try Store.checkGroupIdentifiers(group)
             let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key)
             if !group.isEmpty {
@@ -72,6 +75,9 @@ struct Offload: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let settle = deviceChanges([store])
+            defer { settle() }
             let record = try Lifecycle.offload(store: store)
             FileHandleOutput.standardOutput.write(
                 "offloaded \(ContainerPath.printable(record.bundleName)) from \(store) (\(record.files) files, \(record.bytes) bytes; manifest SHA-256 \(record.manifestDigest)); its data is kept: reinstall it with 'containerfs update \(store) --bundle PATH/\(ContainerPath.printable(record.bundleName))'\n"

@@ -23,7 +23,10 @@ struct PurgeCommand: ParsableCommand {
             --until-free SIZE|PERCENT frees space in each store not running, against its capacity \
             (see 'containerfs capacity'): tmp first, then caches least recently used first, only \
             until that much is free, e.g. 'containerfs purge ~/A --caches --tmp --until-free 20%'. \
-            A mounted store is refused (exit 1), even when nothing would have to go.
+            A mounted store is refused (exit 1), even when nothing would have to go. In a device \
+            folder with a capacity ('containerfs capacity DEVICE SIZE'), the free space is the \
+            device's: its containers are purged one after the other only until the device has \
+            that much free.
 
             The device: an app container's store stands for itself and the group containers it \
             belongs to ('create --group'); a device folder, for every container store in it, \
@@ -76,7 +79,11 @@ struct PurgeCommand: ParsableCommand {
                 for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
                 return
             }
+            // Stores not mounted, on a device whose mounted containers' daemons keep its
+            // count: what goes is given back to the device's ledger (docs/capacity.md).
+            let marks = options.dryRun ? [] : opened.map { MountLock.holder($0) == nil ? DeviceCapacity.markChange($0) : nil }
             let report = try Purge.purge(opened, options)
+            for (store, mark) in zip(opened, marks) { DeviceCapacity.settleChange(mark, store) }
             var output = BufferedOutput()
             if json {
                 printJSON(report, opened, &output)

@@ -43,7 +43,10 @@ struct RunCommand: ParsableCommand {
             in the store, the same from run to run, and change as on iOS: at 'containerfs \
             update', at the reinstall of an offloaded app, and in a restored store; --relocate \
             changes them at every one of --launches. A program that stores absolute paths \
-            breaks there as it would on a device. See docs/run.md.
+            breaks there as it would on a device. Each member group is then at \
+            /private/var/mobile/Containers/Shared/AppGroup/UUID, its APP_GROUP_ variable naming \
+            that path, under the group's own UUID: the same for all its members and from run to \
+            run, recorded in the group. See docs/run.md.
 
             --launches N runs the program N times, as N launches of the app, each in a mount \
             of its own; between launches tmp/ is emptied and the caches are purged as \
@@ -90,7 +93,10 @@ struct RunCommand: ParsableCommand {
             with SIGSTOP. If one holds a file lock (flock, POSIX or OFD) on a file in a shared \
             group container then, the program is killed as iOS kills it, and run prints one line \
             naming the file and the code 0xdead10cc and exits with status 204; locks in its own \
-            container do not count. Otherwise it is resumed --resume-after later (default 1s). \
+            container do not count. Otherwise it is resumed --resume-after later (default 1s). With \
+            --launches N, --suspend-after random suspends each launch at a moment drawn from --seed \
+            between 0 and --within seconds (default 2): the same seed gives the same moments, and \
+            each launch's moment is printed with the seed. \
             'containerfs suspend STORE' and 'containerfs resume STORE' do the same from another \
             shell at any moment.
 
@@ -155,7 +161,7 @@ struct RunCommand: ParsableCommand {
     @Option(name: .customLong("kill"), help: ArgumentHelp("With --launches: kill every launch but the last with SIGKILL at a moment drawn from --seed (random) or SECONDS after it started.", valueName: "random|SECONDS"))
     var kill: String?
 
-    @Option(help: ArgumentHelp("The latest moment a random --power-cut or --kill may be drawn at (default 2).", valueName: "SECONDS"))
+    @Option(help: ArgumentHelp("The latest moment a random --power-cut, --kill or --suspend-after may be drawn at (default 2).", valueName: "SECONDS"))
     var within: Double?
 
     @Option(name: .customLong("power-model"), help: ArgumentHelp("When a name change becomes durable for --power-cut: posix (with its folder's fsync, the default) or ext4 (with any fsync, as ext4's journal commits).", valueName: "MODEL"))
@@ -164,7 +170,7 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "With --launches: print the launches' report as one JSON object on stdout at the end.")
     var json = false
 
-    @Option(help: ArgumentHelp("Suspend the program this long after each launch starts (30s, 1.5s): killed with 0xdead10cc, status 204, if it holds a lock on a shared group's file then.", valueName: "DURATION"))
+    @Option(help: ArgumentHelp("Suspend the program this long after each launch starts (30s, 1.5s), or with --launches at a moment drawn from --seed (random): killed with 0xdead10cc, status 204, if it holds a lock on a shared group's file then.", valueName: "DURATION|random"))
     var suspendAfter: String?
 
     @Option(help: ArgumentHelp("How long a program suspended by --suspend-after stays suspended before it is resumed (default 1s).", valueName: "DURATION"))
@@ -206,7 +212,12 @@ struct RunCommand: ParsableCommand {
         if let within, !(within.isFinite && within > 0 && within <= 86400) {
             throw ValidationError("--within takes a number of seconds above 0, not \(within)")
         }
-        if within != nil, powerCut != "random", kill != "random" { throw ValidationError("--within goes with --power-cut random or --kill random") }
+        if within != nil, powerCut != "random", kill != "random", suspendAfter != "random" {
+            throw ValidationError("--within goes with --power-cut random, --kill random or --suspend-after random")
+        }
+        if suspendAfter == "random", launches == nil {
+            throw ValidationError("--suspend-after random draws each launch's moment from --seed: it goes with --launches N")
+        }
         if let powerModel {
             guard powerCut != nil else { throw ValidationError("--power-model goes with --power-cut") }
             guard Durability.NameModel(rawValue: powerModel) != nil else {
@@ -216,7 +227,7 @@ struct RunCommand: ParsableCommand {
         if json, launches == nil { throw ValidationError("--json goes with --launches N") }
         if noConfine, suspendAfter != nil { throw ValidationError("--suspend-after needs the confinement: drop --no-confine") }
         if resumeAfter != nil, suspendAfter == nil { throw ValidationError("--resume-after goes with --suspend-after") }
-        for (option, value) in [("--suspend-after", suspendAfter), ("--resume-after", resumeAfter)] {
+        for (option, value) in [("--suspend-after", suspendAfter == "random" ? nil : suspendAfter), ("--resume-after", resumeAfter)] {
             if let value, Quantity.seconds(value) == nil {
                 throw ValidationError("bad duration '\(value)' for \(option): write a number of seconds, or one with s, m or h, as 2s or 1.5s")
             }
@@ -258,6 +269,7 @@ struct RunCommand: ParsableCommand {
                                         purge: purgeBetween.flatMap(Launches.PurgeBetween.init(rawValue:)) ?? .tmp,
                                         shareEdits: shareEdits != nil, event: event)
                 run.launches?.json = json
+                if suspendAfter == "random" { run.launches?.randomSuspension = within ?? 2 }
             }
             let runCheck = settings.map { _ in RunCheck() }
             if let runCheck { run.atProgramExit = { runCheck.take($0) } }

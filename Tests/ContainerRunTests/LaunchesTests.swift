@@ -110,4 +110,29 @@ struct LaunchEventTests {
         #expect(Launches.Moment("1.5", within: 2) == .at(1.5))
         for bad in ["-1", "soon", "nan", "inf", ""] { #expect(Launches.Moment(bad, within: 2) == nil) }
     }
+
+    @Test func aSeededSuspensionMomentInEveryLaunch() {
+        var first = Launches(count: 5, seed: 42, purge: .tmp)
+        first.randomSuspension = 3
+        var again = Launches(count: 5, seed: 42, purge: .random, shareEdits: true,
+                             event: .init(kind: .kill, moment: .random(within: 3)))
+        again.randomSuspension = 3
+        var other = first
+        other.seed = 43
+        let moments = (1...5).map { first.suspensionMoment(ofLaunch: $0) }
+        // The same seed, the same moments, whatever else draws from it; another seed, others.
+        #expect(moments == (1...5).map { again.suspensionMoment(ofLaunch: $0) })
+        #expect(moments != (1...5).map { other.suspensionMoment(ofLaunch: $0) })
+        // Not the power cut's or kill's stream: a kill and a suspension at one moment would hide each other.
+        #expect(moments.dropLast() != (1...4).map { again.moment(ofLaunch: $0) })
+        for moment in moments {   // every launch, the last too, within the window, in milliseconds
+            let seconds = try! #require(moment)
+            #expect(seconds >= 0 && seconds <= 3)
+            #expect((seconds * 1000).rounded() == seconds * 1000)
+        }
+        #expect(first.suspensionMoment(ofLaunch: 0) == nil && first.suspensionMoment(ofLaunch: 6) == nil)
+        #expect(Launches(count: 2, seed: 1, purge: .tmp).suspensionMoment(ofLaunch: 1) == nil)
+        #expect(first.replay == "--launches 5 --purge-between tmp --seed 42 --suspend-after random --within 3.0")
+        #expect(again.replay.hasSuffix("--kill random --within 3.0 --suspend-after random"))
+    }
 }

@@ -1,6 +1,7 @@
 import ContainerPolicy
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 
 @testable import ContainerStore
@@ -79,5 +80,71 @@ struct CapacitySettingTests {
         #expect(Int64.max.multipliedSaturating(by: 512) == .max)
         #expect(Int64(-2).multipliedSaturating(by: .max) == .min)
         #expect(Int64(3).multipliedSaturating(by: 512) == 1536)
+    }
+}
+
+/// One device's capacity (docs/capacity.md, "One device's capacity"): the ledger that the
+/// daemons of a device's containers share, here two attached at once as two daemons are.
+@Suite("DeviceLedger")
+struct DeviceLedgerTests {
+    private func makeDevice() throws -> (app: Store, group: Store, device: String, base: String) {
+        var template = Array("/tmp/containerfs-device-XXXXXX".utf8CString)
+        let base = String(cString: mkdtemp(&template)!)
+        let device = base + "/device"
+        try FileManager.default.createDirectory(atPath: device, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: base + "/Demo.app", withIntermediateDirectories: true)
+        try Data("plist".utf8).write(to: URL(fileURLWithPath: base + "/Demo.app/Info.plist"))
+        let app = try Store.create(at: device + "/App", bundle: base + "/Demo.app")
+        let group = try Store.createGroup(at: device + "/group.com.example.shared")
+        return (app, group, device, base)
+    }
+
+    @Test func twoDaemonsShareOneCountThatNeverPassesTheCapacity() throws {
+        let (app, group, device, base) = try makeDevice()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        #expect(try DeviceLedger.attach(app) == nil, "no device capacity: nothing to attach")
+        let used = try DeviceCapacity.usedBytes(devicePath: device)
+        try DeviceCapacity.write(devicePath: device, used + 1 << 20)
+        #expect(DeviceCapacity.read(devicePath: device) == used + 1 << 20)
+        let first = try #require(try DeviceLedger.attach(app))
+        #expect(first.used == used, "the first to attach counts the device")
+        let second = try #require(try DeviceLedger.attach(group))
+        #expect(throws: UserError.self) { try DeviceCapacity.write(devicePath: device, nil) }
+        // Eight threads, two ledgers: reserve 4 KiB, keep some, give the rest back.
+        let kept = Mutex<Int64>(0)
+        DispatchQueue.concurrentPerform(iterations: 8) { worker in
+            let ledger = worker % 2 == 0 ? first : second
+            for round in 0..<200 {
+                let granted = ledger.reserve(4096)
+                #expect(ledger.used <= used + 1 << 20)
+                let keep = (round + worker) % 3 == 0 ? granted : granted / 2
+                ledger.add(keep - granted)
+                kept.withLock { $0 += keep }
+            }
+        }
+        #expect(first.used == used + kept.withLock { $0 }, "every change counted once, from both")
+        #expect(first.free == second.free && first.free == max(0, used + 1 << 20 - first.used))
+        // What is left is granted once, to one of them, and then nothing to either.
+        let left = first.free
+        #expect(first.reserve(2 << 20) == left)
+        #expect(second.free == 0 && second.reserve(1) == 0)
+    }
+
+    /// A planted ledger makes the count wrong, never stops the daemon; the next first
+    /// attach counts the device again.
+    @Test func aPlantedLedgerIsBoundedAndRecountedAtTheNextFirstAttach() throws {
+        let (app, _, device, base) = try makeDevice()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try DeviceCapacity.write(devicePath: device, 1 << 30)
+        try Data(repeating: 0xFF, count: 8).write(to: URL(fileURLWithPath: device + "/.containerfs-device/ledger"))
+        let ledger = try #require(try DeviceLedger.attach(app))
+        #expect(ledger.used == (try DeviceCapacity.usedBytes(devicePath: device)))
+        try Data(repeating: 0xFF, count: 3).write(to: URL(fileURLWithPath: device + "/.containerfs-device/ledger"))
+        #expect(ledger.used == 0)
+        ledger.add(.max)
+        ledger.add(.min)
+        #expect(ledger.reserve(.max) >= 0)
+        try Data(repeating: 0xFF, count: 8).write(to: URL(fileURLWithPath: device + "/.containerfs-device/ledger"))
+        #expect(ledger.used == .max && ledger.free == 0 && ledger.reserve(4096) == 0)
     }
 }

@@ -71,6 +71,32 @@ struct GroupTests {
         #expect(containerMounts(of: device.app) == [])
     }
 
+    /// Under `--layout ios` a member finds its group at iOS's path, under the group's UUID:
+    /// the same for the app and its extension and from run to run, recorded in the group.
+    @Test func theIOSLayoutShowsTheGroupUnderItsUUID() throws {
+        let device = try GroupDevice()
+        let script = #"printf '%s\n' "$APP_GROUP_COM_EXAMPLE_SHARED"; ls /groups 2>/dev/null || echo no-groups-folder; echo "$1" >> "$APP_GROUP_COM_EXAMPLE_SHARED/seen.txt""#
+        let app = try runProgram([containerfsBinary, "run", device.app, "--layout", "ios", "--", "sh", "-c", script, "sh", "app"])
+        #expect(app.status == 0, "\(app)")
+        let lines = app.stdout.split(separator: "\n").map(String.init)
+        let prefix = "/private/var/mobile/Containers/Shared/AppGroup/"
+        let path = try #require(lines.first)
+        #expect(path.hasPrefix(prefix) && UUID(uuidString: String(path.dropFirst(prefix.count))) != nil, "\(app)")
+        #expect(lines.dropFirst() == ["no-groups-folder"], "\(app)")
+        #expect(app.stderr.contains(GroupDevice.group + " at " + path), "\(app)")
+        let recorded = try String(contentsOfFile: device.groupStore + "/.containerfs/ios-uuid", encoding: .utf8)
+        #expect(prefix + recorded == path + "\n")
+        let widget = try runProgram([containerfsBinary, "run", device.widget, "--layout", "ios", "--", "sh", "-c", script + #"; cat "$APP_GROUP_COM_EXAMPLE_SHARED/seen.txt""#, "sh", "widget"])
+        #expect(widget.status == 0 && widget.stdout == path + "\nno-groups-folder\napp\nwidget\n", "\(widget)")
+        let again = try runProgram([containerfsBinary, "run", device.app, "--layout", "ios", "--relocate", "--launches", "2", "--", "sh", "-c", #"echo "$APP_GROUP_COM_EXAMPLE_SHARED""#])
+        #expect(again.status == 0 && again.stdout == path + "\n" + path + "\n", "the group keeps its UUID when the app's change: \(again)")
+        let other = try runProgram([containerfsBinary, "run", device.other, "--layout", "ios", "--", "sh", "-c", "ls /private/var/mobile/Containers/Shared 2>&1; env | grep -c APP_GROUP"])
+        #expect(other.stdout.contains("No such file") && other.stdout.hasSuffix("0\n"), "\(other)")
+        // A kill at suspension names the locked file by the path the program used.
+        let killed = try runProgram([containerfsBinary, "run", device.app, "--layout", "ios", "--suspend-after", "0.5s", "--", "sh", "-c", #"exec flock "$APP_GROUP_COM_EXAMPLE_SHARED/g.lock" sleep 10"#])
+        #expect(killed.status == 204 && killed.stderr.contains(path + "/g.lock") && killed.stderr.contains("0xdead10cc"), "\(killed)")
+    }
+
     @Test func aNonMemberSeesNothingOfTheGroup() throws {
         let device = try GroupDevice()
         try Data("secret\n".utf8).write(to: URL(fileURLWithPath: device.groupStore + "/secret.txt"))
@@ -213,6 +239,30 @@ struct GroupTests {
         #expect(rows.stdout == "1\n")
     }
 
+    /// `--launches --suspend-after random`: each launch suspended at a moment drawn from the
+    /// seed, printed with it; the same seed, the same moments, whether the program holds a
+    /// shared lock then (killed, 204) or not (resumed, exits 0).
+    @Test func aSeededRandomSuspensionInLaunches() throws {
+        let device = try GroupDevice()
+        let options = ["--launches", "2", "--seed", "7", "--suspend-after", "random", "--within", "0.5", "--resume-after", "0.2"]
+        func moments(_ stderr: String) -> [String] {
+            stderr.split(separator: "\n").filter { $0.contains("suspended at") && $0.contains("drawn from seed 7") }.map(String.init)
+        }
+        let holding = #"exec flock "$APP_GROUP_COM_EXAMPLE_SHARED/g.lock" sleep 5"#
+        let killed = try runProgram([containerfsBinary, "run", device.app] + options + ["--", "sh", "-c", holding])
+        #expect(killed.status == 204 && killed.stderr.contains("0xdead10cc") && killed.stderr.contains("seed 7"), "\(killed)")
+        let survived = try runProgram([containerfsBinary, "run", device.app] + options + ["--json", "--", "sleep", "1"])
+        #expect(survived.status == 0 && survived.stderr.contains("suspended the program") && !survived.stderr.contains("0xdead10cc"), "\(survived)")
+        #expect(moments(survived.stderr).count == 2, "\(survived)")
+        #expect(moments(killed.stderr) == [moments(survived.stderr).first], "the same seed, the same moment: \(killed) \(survived)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(survived.stdout.utf8)) as? [String: Any])
+        let drawn = (report["launches"] as? [[String: Any]] ?? []).compactMap { $0["suspend_at"] as? Double }
+        #expect(drawn.count == 2 && drawn.allSatisfy { $0 >= 0 && $0 <= 0.5 }, "\(survived.stdout)")
+        #expect((report["replay"] as? String)?.contains("--suspend-after random --within 0.5") == true, "\(survived.stdout)")
+        let alone = try containerfs(["run", device.app, "--suspend-after", "random", "--", "true"])
+        #expect(alone.status == 64 && alone.stderr.contains("--launches"), "\(alone)")
+    }
+
     /// `containerfs suspend` and `resume` from another shell, with the widget running meanwhile.
     @Test func suspendAndResumeCommands() throws {
         let device = try GroupDevice()
@@ -275,6 +325,113 @@ struct GroupTests {
         #expect(try containerfs(["capacity", device.groupStore, "1M"]).status == 0)
         let full = try runProgram([containerfsBinary, "run", device.widget, "--", "sh", "-c", #"dd if=/dev/zero of="$APP_GROUP_COM_EXAMPLE_SHARED/big" bs=64k count=64 2>&1; df -k "$APP_GROUP_COM_EXAMPLE_SHARED" | tail -1"#])
         #expect(full.stdout.contains("No space left on device"), "\(full)")
+    }
+
+    /// One device's capacity, shared by the app, its widget and their group, through three
+    /// daemons (two apps' mounts, the group's): the app fills the device, and the widget —
+    /// which has no capacity of its own — is refused growth in its own Documents/ and in the
+    /// group, `df` showing no room in either. Then both write and delete at once, at the
+    /// edge of the capacity, and the device's count equals a walk of its containers.
+    @Test func aFullDeviceRefusesGrowthInEveryContainer() throws {
+        let device = try GroupDevice()
+        let shown = try containerfs(["capacity", device.device])
+        let used = try #require(shown.stdout.split(separator: " ").firstIndex(of: "used").flatMap { Int64(shown.stdout.split(separator: " ")[$0 + 1]) }, "\(shown)")
+        let capacity = (used / 4096 + 512) * 4096   // 2 MiB more than the device holds
+        #expect(try containerfs(["capacity", device.device, "\(capacity)"]).status == 0)
+        let widget = try device.start(device.widget, ["sh", "-c", #"G=$APP_GROUP_COM_EXAMPLE_SHARED; touch $G/w.up; while [ -e $G/w.up ]; do sleep 0.05; done; echo x > Documents/w.txt 2>/dev/null && echo own-written || echo own-refused; dd if=/dev/zero of=$G/more bs=4k count=1 2>/dev/null && echo group-written || echo group-refused; df -B1 --output=avail . $G | tail -2 | tr -s ' \n' ' '"#])
+        #expect(waitForFile(device.groupStore + "/w.up"))
+        let mounted = try containerfs(["capacity", device.device, "none"])
+        #expect(mounted.status == 1 && mounted.stderr.contains("mounted"), "\(mounted)")
+        let fill = #"G=$APP_GROUP_COM_EXAMPLE_SHARED; dd if=/dev/zero of=$G/fill bs=64k count=16 2>/dev/null; dd if=/dev/zero of=Documents/fill bs=64k count=64 2>&1 | grep -c 'No space left'; df -B1 --output=avail . $G | tail -2 | tr -s ' \n' ' '; rm $G/w.up"#
+        let app = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", fill])
+        #expect(app.status == 0 && app.stdout == "1\n 0 0 ", "\(app)")
+        let widgetEnded = widget.wait()
+        #expect(widgetEnded.status == 0 && widgetEnded.stdout == "own-refused\ngroup-refused\n 0 0 ", "\(widgetEnded)")
+
+        // Concurrent writers at the edge of the capacity: files made, grown, cut and removed.
+        let writer = #"""
+        import os, random, sys, time
+        random.seed(sys.argv[1]); G = os.environ["APP_GROUP_COM_EXAMPLE_SHARED"]
+        for folder in ("Documents", G):
+            for name in ("fill",):
+                try: os.remove(os.path.join(folder, name))
+                except FileNotFoundError: pass
+        # Both writers start together: each waits for the other's mark (20 s at most).
+        me, other = sys.argv[1], ("widget" if sys.argv[1] == "app" else "app")
+        open(os.path.join(G, "ready-" + me), "w").close()
+        deadline = time.time() + 20
+        while not os.path.exists(os.path.join(G, "ready-" + other)) and time.time() < deadline: time.sleep(0.01)
+        full = 0
+        for i in range(600):
+            path = os.path.join(random.choice(["Documents", G]), "%s-%d" % (sys.argv[1], random.randrange(40)))
+            try:
+                if random.random() < 0.3 and os.path.exists(path): os.remove(path); continue
+                with open(path, "ab") as f: f.write(os.urandom(random.randrange(1, 48 * 1024)))
+                if random.random() < 0.2: os.truncate(path, random.randrange(8192))
+            except OSError as error: full += error.errno == 28
+        print(full)
+        """#
+        let other = try device.start(device.widget, ["python3", "-c", writer, "widget"])
+        let first = try runProgram([containerfsBinary, "run", device.app, "--", "python3", "-c", writer, "app"])
+        let second = other.wait()
+        #expect(first.status == 0 && second.status == 0, "\(first) \(second)")
+        #expect((Int(first.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) + (Int(second.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) > 0,
+                "the writers met the full device (ENOSPC): \(first.stdout) \(second.stdout)")
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: device.device + "/.containerfs-device/ledger")))
+        let ledger = bytes.count == 8 ? bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } : -1
+        let walked = try containerfs(["capacity", device.device])
+        #expect(walked.stdout.contains("used \(ledger) bytes"), "the device's count \(ledger) is what a walk finds: \(walked)")
+        // An independent walk: GNU du of each container, state folders excluded.
+        let du = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", device.app, device.widget, device.other, device.groupStore])
+        let total = du.stdout.split(separator: "\n").compactMap { Int64($0.prefix { $0.isNumber }) }.reduce(0, +)
+        #expect(du.status == 0 && total == ledger, "du \(total), the device's count \(ledger)")
+        #expect(ledger <= capacity)
+    }
+
+    /// `purge DEVICE --until-free` measures the device's capacity: caches go across its
+    /// containers (store by store) only until the device has that much free, and never while
+    /// one of them runs.
+    @Test func lowStoragePurgesAcrossTheDevice() throws {
+        let device = try GroupDevice()
+        try Data(count: 512 * 1024).write(to: URL(fileURLWithPath: device.app + "/Library/Caches/app.bin"))
+        try Data(count: 512 * 1024).write(to: URL(fileURLWithPath: device.groupStore + "/Library/Caches/group.bin"))
+        let shown = try containerfs(["capacity", device.device])
+        let used = try #require(shown.stdout.split(separator: " ").firstIndex(of: "used").flatMap { Int64(shown.stdout.split(separator: " ")[$0 + 1]) }, "\(shown)")
+        #expect(try containerfs(["capacity", device.device, "\(used + 256 * 1024)"]).status == 0)
+        let widget = try device.start(device.widget, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/w.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/w.up"))
+        let running = try containerfs(["purge", device.device, "--caches", "--until-free", "700K"])
+        #expect(running.status == 1 && running.stderr.contains("in use"), "\(running)")
+        kill(widget.pid, SIGTERM)
+        _ = widget.wait()
+        let some = try containerfs(["purge", device.device, "--caches", "--until-free", "700K"])
+        #expect(some.status == 0 && some.stdout.contains("app.bin") && !some.stdout.contains("group.bin"), "\(some)")
+        #expect(FileManager.default.fileExists(atPath: device.groupStore + "/Library/Caches/group.bin"))
+        let more = try containerfs(["purge", device.device, "--caches", "--until-free", "1100K"])
+        #expect(more.status == 0 && more.stdout.contains("group.bin"), "\(more)")
+        let percent = try containerfs(["purge", device.app, "--caches", "--until-free", "10%"])
+        #expect(percent.status == 0, "a percentage of the device's capacity: \(percent)")
+        // A purge of a container not running while another of the device runs gives what
+        // it freed back to the device's count, which the running daemons keep.
+        let cached = try runProgram([containerfsBinary, "run", device.app, "--", "dd", "if=/dev/zero", "of=Library/Caches/late.bin", "bs=64k", "count=2"])
+        #expect(cached.status == 0, "\(cached)")
+        let again = try device.start(device.widget, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/again.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/again.up"))
+        let behind = try containerfs(["purge", device.app, "--caches", "--all"])
+        #expect(behind.status == 0 && behind.stdout.contains("late.bin"), "\(behind)")
+        // So do a container made and a file delivered meanwhile.
+        let made = try containerfs(["create", device.device + "/Late", "--bundle", device.base + "/Demo.app", "--group", GroupDevice.group])
+        #expect(made.status == 0, "\(made)")
+        try Data(count: 64 * 1024).write(to: URL(fileURLWithPath: device.base + "/doc.bin"))
+        let delivered = try containerfs(["deliver", device.app, device.base + "/doc.bin"])
+        #expect(delivered.status == 0, "\(delivered)")
+        kill(again.pid, SIGTERM)
+        _ = again.wait()
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: device.device + "/.containerfs-device/ledger")))
+        let ledger = bytes.count == 8 ? bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } : -1
+        let du = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", device.app, device.widget, device.other, device.groupStore, device.device + "/Late"])
+        let total = du.stdout.split(separator: "\n").compactMap { Int64($0.prefix { $0.isNumber }) }.reduce(0, +)
+        #expect(total == ledger, "du \(total), the device's count \(ledger)")
     }
 
     /// A group's backup holds its root and Library but not its caches; restored without a

@@ -1,0 +1,306 @@
+import CLinux
+import Foundation
+import Glibc
+import Synchronization
+
+/// One device's capacity (docs/capacity.md, "One device's capacity"): a size shared by
+/// every container of a device folder (apps and groups), kept in the device's own state
+/// folder `DEVICE/.containerfs-device/`:
+///
+/// - `capacity`: the bytes, as decimal digits (`containerfs capacity DEVICE SIZE`);
+/// - `ledger`: the bytes the device's containers use, 8 bytes little-endian, the one count
+///   all daemons of the device change, each change under `flock` of the ledger (and a
+///   mutex within a daemon, whose threads share one open file);
+/// - `attached.lock`: each daemon counting against the device holds it shared for as long
+///   as it is mounted; `decide.lock`: held exclusively while a daemon decides whether it is
+///   the first (then it walks every container of the device and writes the ledger afresh).
+///
+/// So the count is TRUE under concurrent writers in several daemons: every growth is
+/// reserved in the ledger before it is made and settled after, as the one-store count does
+/// (SpaceAccount), and the first daemon to attach counts from the stores themselves.
+public enum DeviceCapacity {
+    public static let folderName = Array(".containerfs-device".utf8)
+    static let capacityName = Array("capacity".utf8)
+    static let ledgerName = Array("ledger".utf8)
+    static let attachedName = Array("attached.lock".utf8)
+    static let decideName = Array("decide.lock".utf8)
+
+    /// The device's state folder in the device folder `deviceFD`; made when `creating`.
+    /// nil when it is not there.
+    static func stateFolder(_ deviceFD: Int32, creating: Bool) throws(UserError) -> Int32? {
+        if creating {
+            let made = withCName(folderName) { mkdirat(deviceFD, $0, 0o700) }
+            if made != 0, errno != EEXIST { throw UserError("cannot make the device's state folder: \(Errno.current)") }
+            var device = stat()
+            if made == 0, geteuid() == 0, fstat(deviceFD, &device) == 0 {
+                _ = withCName(folderName) { fchownat(deviceFD, $0, device.st_uid, device.st_gid, AT_SYMLINK_NOFOLLOW) }
+            }
+        }
+        let fd = withCName(folderName) { openat(deviceFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else {
+            if errno == ENOENT, !creating { return nil }
+            throw UserError("cannot open the device's state folder: \(Errno.current)")
+        }
+        return fd
+    }
+
+    /// The capacity of the device whose state folder is `stateFD`; nil: none (or damaged).
+    static func read(stateFD: Int32) -> Int64? {
+        guard let bytes = try? readFile(at: stateFD, capacityName, limit: 32),
+              let text = String(bytes: bytes, encoding: .utf8)?.trimmingCharacters(in: .newlines),
+              let value = Int64(text), value > 0 else { return nil }
+        return value
+    }
+
+    /// The capacity of the device folder at `path`; nil when it has none.
+    public static func read(devicePath path: String) -> Int64? {
+        let deviceFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard deviceFD >= 0 else { return nil }
+        defer { close(deviceFD) }
+        guard let state = try? stateFolder(deviceFD, creating: false) else { return nil }
+        defer { close(state) }
+        return read(stateFD: state)
+    }
+
+    /// Gives the device folder at `path` the capacity `bytes` (nil: removes it). Refused
+    /// while a container of the device is mounted: its daemon counts against the capacity
+    /// it found at mount.
+    public static func write(devicePath path: String, _ bytes: Int64?) throws(UserError) {
+        let deviceFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard deviceFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        defer { close(deviceFD) }
+        guard let state = try stateFolder(deviceFD, creating: bytes != nil) else { return }
+        defer { close(state) }
+        let attached = try openLock(state, attachedName)
+        defer { close(attached) }
+        // A daemon mounted before the device had a capacity counts nothing in the ledger:
+        // any mounted container refuses the change, attached or not.
+        let mounted = (try? Device.stores(path)).flatMap { $0.first { MountLock.holder($0) != nil } }
+        guard flock(attached, LOCK_EX | LOCK_NB) == 0, mounted == nil else {
+            throw UserError("a container of the device \(path) is mounted: unmount them all (end their runs) before changing the device's capacity")
+        }
+        do {
+            if let bytes {
+                let aside = capacityName + Array(".new".utf8)
+                _ = withCName(aside) { unlinkat(state, $0, 0) }
+                try writeNewFile(at: state, aside, Array("\(bytes)\n".utf8), mode: 0o600)
+                try withCName(aside) { (from) throws(Errno) in
+                    try withCName(capacityName) { (to) throws(Errno) in _ = try sys { renameat(state, from, state, to) } }
+                }
+            } else {
+                _ = withCName(capacityName) { unlinkat(state, $0, 0) }
+            }
+        } catch {
+            throw UserError("cannot record the device's capacity in \(path)/.containerfs-device: \(error)")
+        }
+    }
+
+    /// The bytes the containers of the device folder at `path` use, by a walk of each, as
+    /// each one's capacity counts them (`Capacity.usedBytes`).
+    public static func usedBytes(devicePath path: String) throws(UserError) -> Int64 {
+        try Device.stores(path, changing: false).reduce(Int64(0)) { $0.addingSaturated(Capacity.usedBytes(rootFD: $1.rootFD)) }
+    }
+
+    /// The device's count as its daemons keep it (the ledger), and whether a daemon is
+    /// attached now; nil when the device has no ledger yet.
+    public static func ledger(devicePath path: String) -> (used: Int64, attached: Bool)? {
+        let deviceFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard deviceFD >= 0 else { return nil }
+        defer { close(deviceFD) }
+        guard let state = try? stateFolder(deviceFD, creating: false) else { return nil }
+        defer { close(state) }
+        let fd = withCName(ledgerName) { openat(state, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        while flock(fd, LOCK_SH) != 0, errno == EINTR {}
+        var bytes = [UInt8](repeating: 0, count: 8)
+        guard bytes.withUnsafeMutableBytes({ pread(fd, $0.baseAddress, 8, 0) }) == 8 else { return nil }
+        flock(fd, LOCK_UN)
+        let value = bytes.enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
+        var attached = true
+        if let lock = try? openLock(state, attachedName) {
+            attached = flock(lock, LOCK_EX | LOCK_NB) != 0
+            close(lock)
+        }
+        return (Int64(clamping: min(value, UInt64(Int64.max))), attached)
+    }
+
+    /// What `settleChange` needs: the store's bytes before a command changes it behind
+    /// the mounts, when its device has a capacity that a mounted container's daemon counts
+    /// (otherwise nil: the next first mount walks the device anyway).
+    public struct ChangeMark {
+        let devicePath: String
+        let before: Int64
+    }
+
+    /// Marks `store` (not mounted) before a command changes it.
+    public static func markChange(_ store: Store) -> ChangeMark? {
+        let path = (store.resolvedPath as NSString).deletingLastPathComponent
+        guard read(devicePath: path) != nil, ledger(devicePath: path)?.attached == true else { return nil }
+        return ChangeMark(devicePath: path, before: Capacity.usedBytes(rootFD: store.rootFD))
+    }
+
+    /// After the change: what it took or freed goes into the device's ledger, under its lock.
+    public static func settleChange(_ mark: ChangeMark?, _ store: Store) {
+        guard let mark else { return }
+        addToLedger(mark.devicePath, Capacity.usedBytes(rootFD: store.rootFD).subtractingSaturated(mark.before))
+    }
+
+    /// Adds `change` to the ledger of the device folder at `devicePath`, under its lock.
+    static func addToLedger(_ devicePath: String, _ change: Int64) {
+        guard change != 0 else { return }
+        let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard deviceFD >= 0 else { return }
+        defer { close(deviceFD) }
+        guard let state = try? stateFolder(deviceFD, creating: false) else { return }
+        defer { close(state) }
+        let fd = withCName(ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        _ = DeviceLedger.change(fd) { max(0, $0.addingSaturated(change)) }
+    }
+
+    /// As `markChange(_:)`, for a command that makes, replaces or changes the store at
+    /// `path` (which need not exist yet: then it had nothing). nil when the store is
+    /// mounted (its daemon counts its own changes) or its device keeps no live count.
+    public static func markChange(storePath path: String) -> ChangeMark? {
+        if let store = try? Store.open(path, changing: false) {
+            return MountLock.holder(store) == nil ? markChange(store) : nil
+        }
+        let device = (path as NSString).deletingLastPathComponent
+        guard read(devicePath: device.isEmpty ? "." : device) != nil,
+              ledger(devicePath: device.isEmpty ? "." : device)?.attached == true else { return nil }
+        return ChangeMark(devicePath: device.isEmpty ? "." : device, before: 0)
+    }
+
+    /// After the change to the store at `path`.
+    public static func settleChange(_ mark: ChangeMark?, storePath path: String) {
+        guard let mark else { return }
+        let after = (try? Store.open(path, changing: false)).map { Capacity.usedBytes(rootFD: $0.rootFD) } ?? 0
+        addToLedger(mark.devicePath, after.subtractingSaturated(mark.before))
+    }
+
+    static func openLock(_ state: Int32, _ name: [UInt8]) throws(UserError) -> Int32 {
+        let fd = withCName(name) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else {
+            throw UserError("cannot open the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device: \(Errno.current)")
+        }
+        ownedLikeTheFolder(fd, state)
+        return fd
+    }
+
+    /// A file root made in the device's state folder belongs to the folder's owner, as the
+    /// rest of the device does: the owner's own daemons open it too.
+    static func ownedLikeTheFolder(_ fd: Int32, _ state: Int32) {
+        guard geteuid() == 0 else { return }
+        var folder = stat(), file = stat()
+        guard fstat(state, &folder) == 0, fstat(fd, &file) == 0, file.st_uid != folder.st_uid || file.st_gid != folder.st_gid else { return }
+        _ = fchown(fd, folder.st_uid, folder.st_gid)
+    }
+}
+
+/// A daemon's share of its device's capacity (`DeviceCapacity`): the ledger it reserves
+/// growth in and settles changes to. Values read from the ledger are bounded: a planted
+/// one makes the count wrong, never stops the daemon.
+public final class DeviceLedger: Sendable {
+    /// The device's capacity in bytes, as found at attach.
+    public let capacity: Int64
+    private let ledger: Int32
+    private let attached: Int32
+    /// The daemon's threads share one open file, which `flock` does not tell apart.
+    private let turn = Mutex<Void>(())
+
+    private init(capacity: Int64, ledger: Int32, attached: Int32) {
+        self.capacity = capacity
+        self.ledger = ledger
+        self.attached = attached
+    }
+
+    deinit {
+        close(ledger)
+        close(attached)
+    }
+
+    /// Attaches to the device of `store` (the folder holding it) when it has a capacity;
+    /// nil when it has none. The first daemon to attach counts every container of the
+    /// device afresh into the ledger; later ones take the ledger as it is.
+    public static func attach(_ store: Store) throws(UserError) -> DeviceLedger? {
+        let devicePath = (store.resolvedPath as NSString).deletingLastPathComponent
+        let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard deviceFD >= 0 else { return nil }
+        defer { close(deviceFD) }
+        guard let state = try DeviceCapacity.stateFolder(deviceFD, creating: false) else { return nil }
+        defer { close(state) }
+        guard let capacity = DeviceCapacity.read(stateFD: state) else { return nil }
+        let decide = try DeviceCapacity.openLock(state, DeviceCapacity.decideName)
+        defer { close(decide) }
+        while flock(decide, LOCK_EX) != 0, errno == EINTR {}
+        let attached = try DeviceCapacity.openLock(state, DeviceCapacity.attachedName)
+        let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        guard ledger >= 0 else {
+            close(attached)
+            throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
+        }
+        DeviceCapacity.ownedLikeTheFolder(ledger, state)
+        let account = DeviceLedger(capacity: capacity, ledger: ledger, attached: attached)
+        if flock(attached, LOCK_EX | LOCK_NB) == 0 {
+            // No other daemon counts: the ledger may be stale; the stores say what is used.
+            let used = (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
+            account.store(used)
+        }
+        while flock(attached, LOCK_SH) != 0, errno == EINTR {}
+        return account
+    }
+
+    /// The bytes the device's containers use, as the ledger says.
+    public var used: Int64 { changing { $0 } }
+
+    /// The bytes left on the device.
+    public var free: Int64 { max(0, capacity.subtractingSaturated(used)) }
+
+    /// Reserves up to `wanted` bytes of the device's free space; returns how many it got.
+    public func reserve(_ wanted: Int64) -> Int64 {
+        guard wanted > 0 else { return 0 }
+        var granted: Int64 = 0
+        _ = changing { used in
+            granted = min(wanted, max(0, capacity.subtractingSaturated(used)))
+            return used.addingSaturated(granted)
+        }
+        return granted
+    }
+
+    /// Adds `change` bytes (negative: freed) to the count, never below nothing.
+    public func add(_ change: Int64) {
+        guard change != 0 else { return }
+        _ = changing { max(0, $0.addingSaturated(change)) }
+    }
+
+    private func store(_ value: Int64) {
+        _ = changing { _ in value }
+    }
+
+    /// Reads the count, writes back what `update` makes of it, all under the ledger's
+    /// lock; returns the new count. An unreadable ledger counts as empty.
+    @discardableResult
+    private func changing(_ update: (Int64) -> Int64) -> Int64 {
+        turn.withLock { _ in Self.change(ledger, update) }
+    }
+
+    /// `changing` on the ledger open at `ledger`, under its `flock`.
+    static func change(_ ledger: Int32, _ update: (Int64) -> Int64) -> Int64 {
+        do {
+            while flock(ledger, LOCK_EX) != 0, errno == EINTR {}
+            defer { flock(ledger, LOCK_UN) }
+            var bytes = [UInt8](repeating: 0, count: 8)
+            let read = bytes.withUnsafeMutableBytes { pread(ledger, $0.baseAddress, 8, 0) }
+            var value: UInt64 = 0
+            if read == 8 { for (index, byte) in bytes.enumerated() { value |= UInt64(byte) << (8 * UInt64(index)) } }
+            let current = Int64(clamping: min(value, UInt64(Int64.max)))
+            let next = update(current)
+            guard next != current || read != 8 else { return current }
+            let out = (0..<8).map { UInt8(truncatingIfNeeded: UInt64(max(0, next)) >> (8 * UInt64($0))) }
+            _ = out.withUnsafeBytes { pwrite(ledger, $0.baseAddress, 8, 0) }
+            return next
+        }
+    }
+}
