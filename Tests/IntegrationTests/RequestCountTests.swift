@@ -56,6 +56,40 @@ struct RequestCountTests {
         }
     }
 
+    /// Locks are the kernel's: without FLUSH, a close still releases the closer's POSIX
+    /// locks (the kernel drops them itself), so another process can take the lock.
+    @Test func closeWithoutFlushStillReleasesLocks() throws {
+        try withMountedContainer(options: ["count-requests"]) { container in
+            let store = try Store.open(container.store)
+            try ProgramTests.shell(
+                """
+                python3 -c 'import fcntl, os, subprocess
+                fd = os.open("locked", os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                probe = "import fcntl, os, sys\\nfd = os.open(\\"locked\\", os.O_RDWR)\\ntry:\\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\\nexcept OSError:\\n    sys.exit(3)"
+                assert subprocess.run(["python3", "-c", probe]).returncode == 3, "the lock was not held"
+                other = os.open("locked", os.O_RDONLY)
+                os.close(other)   # POSIX: closing any descriptor of the file drops the locks
+                assert subprocess.run(["python3", "-c", probe]).returncode == 0, "close left the lock held"
+                os.close(fd)'
+                """, in: container.mounted("Documents"))
+            let counted = try #require(try ControlChannel.requestCounts(store))
+            #expect(counted["FLUSH"] == nil, "\(counted)")
+        }
+    }
+
+    /// With the writeback cache the kernel flushes on close whatever the daemon said: FLUSH
+    /// comes, and is answered.
+    @Test func withTheWritebackCacheCloseFlushes() throws {
+        try withMountedContainer(options: ["count-requests", "writeback", "nopassthrough"]) { container in
+            let store = try Store.open(container.store)
+            try ProgramTests.shell("printf 'data' > written && cat written > /dev/null", in: container.mounted("Documents"))
+            let counted = try counts(store) { $0["FLUSH", default: 0] > 0 }
+            #expect(counted["FLUSH", default: 0] > 0, "\(counted)")
+            #expect(try String(contentsOfFile: container.stored("Documents/written"), encoding: .utf8) == "data")
+        }
+    }
+
     @Test func withoutTheOptionNothingIsCounted() throws {
         try withMountedContainer { container in
             let counted = try ControlChannel.requestCounts(Store.open(container.store))
