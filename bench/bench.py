@@ -835,7 +835,9 @@ def render(cfg, meta, targets, results, errors, counted=None):
                       for key, _, _, _ in workloads(cfg) for peer in peers
                       if (t.key, key) in ratios and (peer.key, key) in ratios
                       and ratios[(t.key, key)] < ratios[(peer.key, key)]]
-            if peers:
+            compared = any((t.key, key) in ratios and (peer.key, key) in ratios
+                           for key, _, _, _ in workloads(cfg) for peer in peers)
+            if peers and compared:
                 lines.append(f"  behind a peer on: {', '.join(behind)}" if behind else
                              f"  ahead of {' and '.join(p.label for p in peers)} on every row")
     compared = {t.key: t for t in targets}
