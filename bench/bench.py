@@ -15,6 +15,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -269,6 +270,11 @@ class Target:
     def teardown(self):
         pass
 
+    def requests(self):
+        """The requests the target's daemon has served so far, by kind, or None if it does
+        not count them."""
+        return None
+
     def alive(self):
         if self.mountpoint is None:
             return True
@@ -346,10 +352,13 @@ class PassthroughHP(Mirror):
 class ContainerfsMount:
     """One store, mounted once, shared by the targets in its areas."""
 
-    def __init__(self, root, binary, name, options):
+    def __init__(self, root, binary, name, options, counting=False):
         self.root = root
         self.binary = binary
-        self.options = options
+        # -o count-requests: the daemon counts its requests by kind (a flag test per
+        # request when off, an atomic add when on), read through the control socket.
+        self.counting = counting
+        self.options = ",".join(o for o in (options, "count-requests" if counting else "") if o)
         self.store = os.path.join(root, f"{name}-store")
         self.mountpoint = os.path.join(root, f"{name}-mnt")
         self.state = None   # None: not tried; True: mounted; str: the failure
@@ -395,6 +404,19 @@ class ContainerfsMount:
             raise BenchError(f"containerfs mount returned but {e}")
         self.daemons = daemon_pids(self.mountpoint)
 
+    def requests(self):
+        """The daemon's answer to the control socket's `requests` command, as a dict."""
+        if not self.counting or self.state is not True:
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as channel:
+            channel.settimeout(10)
+            channel.connect(os.path.join(self.store, ".containerfs", "control.sock"))
+            channel.send(b"\0requests")
+            words = channel.recv(65536).decode().split()
+        if not words or words[0] != "requests" or words[1:] == ["off"]:
+            raise BenchError(f"the daemon of {self.store} did not answer with request counts: {' '.join(words)}")
+        return {name: int(count) for name, count in (word.split("=") for word in words[1:])}
+
     def teardown(self):
         if self.state is None:
             return
@@ -417,6 +439,9 @@ class Containerfs(Target):
         if not os.path.isdir(area):
             raise BenchError(f"{area} is not a directory in the mounted container")
         os.mkdir(self.workdir)
+
+    def requests(self):
+        return self.mount.requests()
 
     def teardown(self):
         self.mount.teardown()
@@ -649,6 +674,59 @@ def deep_move(cfg, target, record):
 
 
 # ---------------------------------------------------------------------------------------
+# Requests per file
+
+# The rows whose requests are counted, and what they are counted per: the metadata rows'
+# files (cfg.meta_files) or the tree's (the tarball's files).
+PER_FILE = {"create": "meta", "stat_cold": "meta", "stat_warm": "meta", "list": "meta",
+            "list_warm": "meta", "unlink": "meta", "untar": "tree", "readall": "tree", "rmrf": "tree"}
+# Requests the program does not wait for: the kernel sends them in the background.
+NOT_WAITED = ("RELEASE", "RELEASEDIR", "FORGET", "BATCH_FORGET")
+
+
+def settled_requests(target):
+    """The target's counts once the requests a step left in flight (a RELEASE after the
+    last close) have arrived: read until two reads 0.1 s apart agree (2 s at most)."""
+    counts = target.requests()
+    deadline = time.monotonic() + 2
+    while counts is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        again = target.requests()
+        if again == counts:
+            break
+        counts = again
+    return counts
+
+
+def difference(after, before):
+    return {name: count - before.get(name, 0) for name, count in after.items() if count > before.get(name, 0)}
+
+
+def render_requests(cfg, targets, tarball, counted):
+    """Requests per file for each row counted, from the first run of each target."""
+    if not counted:
+        return []
+    files = {"meta": cfg.meta_files, "tree": tarball["files"]}
+    lines = ["", "Requests per file (first run; counted by the daemon, -o count-requests): waited for,",
+             "  then the kinds; RELEASE and FORGET are sent in the background (FORGET when the kernel drops a node)"]
+    short = {"create": "create", "stat_cold": "stat cold", "stat_warm": "stat warm", "list": "list",
+             "list_warm": "list warm", "unlink": "delete", "untar": "untar", "readall": "read-all", "rmrf": "rm -rf"}
+    for target in targets:
+        rows = [(key, counted[(target.key, key)]) for key, _, _, _ in workloads(cfg) if (target.key, key) in counted]
+        if not rows:
+            continue
+        lines.append(f"  {target.label}")
+        for key, counts in rows:
+            n = files[PER_FILE[key]]
+            waited = sum(c for name, c in counts.items() if name not in NOT_WAITED) / n
+            # Kinds under 0.005 per file (a per-folder OPENDIR of a flat folder) left out.
+            kinds = ", ".join(f"{name} {c / n:.2f}" for name, c in sorted(counts.items(), key=lambda item: -item[1])
+                              if c / n >= 0.005)
+            lines.append(f"    {short[key]:<11}{waited:>6.2f}   {kinds or 'none'}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
 # Figures and the table
 
 def sig3(value):
@@ -667,7 +745,7 @@ def summarize(samples, kind, native):
     return median, min(samples), max(samples), ratio
 
 
-def render(cfg, meta, targets, results, errors):
+def render(cfg, meta, targets, results, errors, counted=None):
     lines = []
     mode = ("QUICK (development figures: small sizes, 1 run each, not comparable to a full run)"
             if cfg.quick else f"FULL ({cfg.runs} runs per figure)")
@@ -757,7 +835,9 @@ def render(cfg, meta, targets, results, errors):
                       for key, _, _, _ in workloads(cfg) for peer in peers
                       if (t.key, key) in ratios and (peer.key, key) in ratios
                       and ratios[(t.key, key)] < ratios[(peer.key, key)]]
-            if peers:
+            compared = any((t.key, key) in ratios and (peer.key, key) in ratios
+                           for key, _, _, _ in workloads(cfg) for peer in peers)
+            if peers and compared:
                 lines.append(f"  behind a peer on: {', '.join(behind)}" if behind else
                              f"  ahead of {' and '.join(p.label for p in peers)} on every row")
     compared = {t.key: t for t in targets}
@@ -769,6 +849,7 @@ def render(cfg, meta, targets, results, errors):
             if now and then:
                 ratio = summarize(now, kind, statistics.median(then))[3]
                 lines.append(f"  {short[key]:<26}{ratio:>6.2f}")
+    lines += render_requests(cfg, targets, meta["tarball"], counted or {})
     if NOTES:
         lines += ["", "Notes:"] + [f"  {note}" for note in NOTES]
     labels = {t.key: t.label for t in targets}
@@ -880,13 +961,13 @@ def main():
     # Requests through /dev/fuse (the kernel's default), and through io_uring: -o uring
     # turns the kernel's machine-wide switch on, put back as it was at the end.
     extra = "," + args.options if args.options else ""
-    device = ContainerfsMount(root, binary, "cfs", "nouring" + extra)
-    rings = ContainerfsMount(root, binary, "cfs-uring", "uring" + extra)
+    device = ContainerfsMount(root, binary, "cfs", "nouring" + extra, counting=True)
+    rings = ContainerfsMount(root, binary, "cfs-uring", "uring" + extra, counting=True)
     every["cfs-documents"] = lambda: Containerfs(device, "Documents", "containerfs-documents", "containerfs Documents")
     every["cfs-caches"] = lambda: Containerfs(device, "Library/Caches", "containerfs-caches", "containerfs Library/Caches")
     every["cfs-uring"] = lambda: Containerfs(rings, "Documents", "containerfs-uring", "containerfs Documents io_uring")
     # Opt-in: a third mount with the power-loss mode (docs/power-loss.md), for its cost.
-    durable = ContainerfsMount(root, binary, "cfs-power", "nouring,power-loss" + extra)
+    durable = ContainerfsMount(root, binary, "cfs-power", "nouring,power-loss" + extra, counting=True)
     every["cfs-power"] = lambda: Containerfs(durable, "Documents", "containerfs-power", "containerfs Documents power-loss")
     if args.base:
         # Same options but io_uring's: the base may predate -o uring/nouring.
@@ -912,6 +993,7 @@ def main():
     groups = {name: keys for name, keys in groups.items() if name in only}
     cfg.keys = {key for keys in groups.values() for key in keys}
     results, errors = {}, {}
+    counted = {}   # (target, row): the requests the row's first run cost, by kind
     try:
         for target in targets:
             try:
@@ -931,7 +1013,12 @@ def main():
 
                     def record(key, measure, target=target, round_=round_):
                         try:
+                            # Counted outside the timing, in the first run only.
+                            count = round_ == 1 and key in PER_FILE
+                            before = settled_requests(target) if count else None
                             value = measure()
+                            if before is not None:
+                                counted[(target.key, key)] = difference(settled_requests(target), before)
                         except (BenchError, OSError, ValueError, KeyError) as e:
                             raise StepFailed(key, str(e)) from e
                         results.setdefault((target.key, key), []).append(value)
@@ -997,7 +1084,7 @@ def main():
                 errors.setdefault((target.key, key), f"only {len(samples)} of {cfg.runs} runs succeeded")
 
     meta = describe(cfg, binary, root, tarball, time.monotonic() - started)
-    table = render(cfg, meta, targets, results, errors)
+    table = render(cfg, meta, targets, results, errors, counted)
     print(table, end="")
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
@@ -1005,6 +1092,7 @@ def main():
     with open(os.path.splitext(output)[0] + ".json", "w") as f:
         json.dump({"meta": meta, "quick": cfg.quick, "runs": cfg.runs,
                    "samples": {f"{t}/{w}": v for (t, w), v in sorted(results.items())},
+                   "requests": {f"{t}/{w}": v for (t, w), v in sorted(counted.items())},
                    "errors": {f"{t}/{w}": e for (t, w), e in sorted(errors.items())}}, f, indent=1)
         f.write("\n")
     log(f"bench: wrote {output}")

@@ -69,11 +69,47 @@ static _Thread_local int pending_backing_id; // for the reply this thread is abo
 static _Thread_local bool request_kills_suidgid; // the request this thread serves
 static _Thread_local bool request_is_tmpfile;    // the CREATE this thread serves was a TMPFILE
 
+// MARK: Requests counted by opcode (`-o count-requests`, docs/benchmarks.md)
+
+enum { counted_opcodes = 64 };   // FUSE's opcodes are 1-53; CUSE_INIT (4096) and the rest go to 0
+static bool counting;            // set before the session starts, never after
+static _Atomic unsigned long request_counts[counted_opcodes];
+
+void cfuse_count_requests(bool on) { counting = on; }
+
+bool cfuse_counting_requests(void) { return counting; }
+
+unsigned long cfuse_requests_counted(unsigned opcode) {
+    return opcode < counted_opcodes ? atomic_load_explicit(&request_counts[opcode], memory_order_relaxed) : 0;
+}
+
+const char *cfuse_opcode_name(unsigned opcode) {
+    static const char *const names[] = {
+        [1] = "LOOKUP", [2] = "FORGET", [3] = "GETATTR", [4] = "SETATTR", [5] = "READLINK",
+        [6] = "SYMLINK", [8] = "MKNOD", [9] = "MKDIR", [10] = "UNLINK", [11] = "RMDIR",
+        [12] = "RENAME", [13] = "LINK", [14] = "OPEN", [15] = "READ", [16] = "WRITE",
+        [17] = "STATFS", [18] = "RELEASE", [20] = "FSYNC", [21] = "SETXATTR", [22] = "GETXATTR",
+        [23] = "LISTXATTR", [24] = "REMOVEXATTR", [25] = "FLUSH", [26] = "INIT", [27] = "OPENDIR",
+        [28] = "READDIR", [29] = "RELEASEDIR", [30] = "FSYNCDIR", [31] = "GETLK", [32] = "SETLK",
+        [33] = "SETLKW", [34] = "ACCESS", [35] = "CREATE", [36] = "INTERRUPT", [37] = "BMAP",
+        [38] = "DESTROY", [39] = "IOCTL", [40] = "POLL", [41] = "NOTIFY_REPLY", [42] = "BATCH_FORGET",
+        [43] = "FALLOCATE", [44] = "READDIRPLUS", [45] = "RENAME2", [46] = "LSEEK",
+        [47] = "COPY_FILE_RANGE", [48] = "SETUPMAPPING", [49] = "REMOVEMAPPING", [50] = "SYNCFS",
+        [51] = "TMPFILE", [52] = "STATX", [53] = "COPY_FILE_RANGE_64",
+    };
+    if (opcode == 0) return "OTHER";
+    return opcode < sizeof names / sizeof names[0] && names[opcode] ? names[opcode] : NULL;
+}
+
 void note_request(void *request, size_t size) {
     request_kills_suidgid = false;
     request_is_tmpfile = false;
     struct kernel_in_header *in = request;
     if (size < sizeof *in) return;
+    if (counting) {
+        unsigned slot = in->opcode < counted_opcodes ? in->opcode : 0;
+        atomic_fetch_add_explicit(&request_counts[slot], 1, memory_order_relaxed);
+    }
     const void *argument = in + 1;
     size_t argument_size = size - sizeof *in;
     switch (in->opcode) {

@@ -252,7 +252,9 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
     }
     ops.flush = { request, _, info in
-        // Closing a duplicate gives the store the close(2) it would have seen (locks, NFS).
+        // Only with the writeback cache: every open is answered with FOPEN_NOFLUSH, which
+        // the kernel ignores then (it writes the dirty pages back and flushes). Closing a
+        // duplicate gives the store the close(2) it would have seen.
         let result = close(dup(handle(info)))
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }

@@ -76,6 +76,16 @@ final class ControlServer: @unchecked Sendable {
         }
     }
 
+    /// ` NAME=COUNT` for each kind of request served at least once (`-o count-requests`).
+    private static func requestCounts() -> String {
+        var text = ""
+        for opcode in UInt32(0)..<64 {
+            let count = cfuse_requests_counted(opcode)
+            if count > 0, let name = cfuse_opcode_name(opcode) { text += " \(String(cString: name))=\(count)" }
+        }
+        return text
+    }
+
     /// At a clean unmount: the socket's name goes, so that no command finds a socket nobody serves.
     func remove() {
         _ = withCName(ControlChannel.socketName) { unlinkat(store.stateFD, $0, 0) }
@@ -105,6 +115,11 @@ final class ControlServer: @unchecked Sendable {
                     return report
                 }
                 let answer = report.map { "cut \($0.wire)" } ?? "not power-loss"
+                _ = answer.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                return
+            }
+            if buffer[0..<count].elementsEqual(ControlChannel.requestsCommand) {
+                let answer = cfuse_counting_requests() ? "requests" + Self.requestCounts() : "requests off"
                 _ = answer.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
                 return
             }

@@ -23,6 +23,10 @@ public struct MountOptions: Sendable {
     public var maxThreads: UInt32 = 16
     /// Print every FUSE request (libfuse's `-d`).
     public var debug = false
+    /// Count the requests served, by kind (`count-requests`): the control socket's
+    /// `requests` command answers with the counts (`ControlChannel.requestCounts`; the
+    /// bench reads them to print requests per file).
+    public var countRequests = false
     /// Never set a set-user-ID or set-group-ID bit on a file that is not a folder (`nosetid`):
     /// chmod, create and mknod drop them. `run` mounts with it, so that a program root ran
     /// cannot leave a root set-user-ID program in the store.
@@ -78,6 +82,7 @@ public struct MountOptions: Sendable {
             case "uring": options.uring = .on
             case "nouring": options.uring = .off
             case "debug": options.debug = true
+            case "count-requests": options.countRequests = true
             case "appuser":
                 let ids = parts.count == 2 ? parts[1].split(separator: ":", omittingEmptySubsequences: false) : []
                 guard ids.count == 2, let uid = uid_t(ids[0]), let gid = gid_t(ids[1]), uid != 0, gid != 0, uid != uid_t.max, gid != gid_t.max else {
@@ -182,6 +187,7 @@ public final class Session {
         mountOptions += options.fuseOptions
         var arguments = ["containerfs", "-o", mountOptions.joined(separator: ",")]
         if options.debug { arguments.append("-d") }
+        cfuse_count_requests(options.countRequests)
 
         var ops = makeOperations()
         let userdata = Unmanaged.passRetained(fileSystem).toOpaque()

@@ -11,7 +11,8 @@ import Glibc
 /// rings; an empty batch only asks for it). A message that starts with a zero byte is a
 /// command instead of a path: `capacityCommand` makes the daemon read the store's capacity
 /// again; `DeviceControl`'s lock, unlock and status come alone and are answered with the
-/// device state instead. Only the daemon's user (and root) can connect: the state folder is 0700.
+/// device state instead; `requestsCommand` comes alone and is answered with the counts of
+/// requests served. Only the daemon's user (and root) can connect: the state folder is 0700.
 public enum ControlChannel {
     public static let socketName = Array(name: "control.sock")
     /// The message that makes the daemon read `.containerfs/capacity` again.
@@ -93,6 +94,44 @@ public enum ControlChannel {
             throw UserError("the mount of \(store.path) does not track durability: mount it with -o power-loss")
         }
         throw UserError("the daemon of \(store.path) did not confirm the power cut")
+    }
+
+    /// The message that asks a daemon mounted with `-o count-requests` how many requests of
+    /// each kind it has served; answered, alone, with `requests NAME=COUNT ...` (the kinds
+    /// served at least once, named as the kernel names them: `LOOKUP`, `CREATE`), or
+    /// `requests off` when the mount does not count.
+    public static let requestsCommand: [UInt8] = [0] + Array("requests".utf8)
+
+    /// The requests the daemon serving `store` has served so far, by kind; nil when it
+    /// does not count them (mounted without `-o count-requests`).
+    public static func requestCounts(_ store: Store) throws(UserError) -> [String: UInt64]? {
+        guard MountLock.holder(store) != nil else {
+            throw UserError("store \(store.path) is not mounted")
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
+        defer { close(fd) }
+        var address = address(stateFD: store.stateFD)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else { throw UserError("the daemon of \(store.path) does not answer: \(Errno.current)") }
+        let sent = requestsCommand.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == requestsCommand.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
+        var reply = [UInt8](repeating: 0, count: 4096)
+        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        let words = String(decoding: reply.prefix(max(0, count)), as: UTF8.self).split(separator: " ")
+        guard words.first == "requests" else { throw UserError("the daemon of \(store.path) did not answer with its request counts") }
+        if words.dropFirst().first == "off" { return nil }
+        var counts: [String: UInt64] = [:]
+        for word in words.dropFirst() {
+            let parts = word.split(separator: "=")
+            guard parts.count == 2, let value = UInt64(parts[1]) else {
+                throw UserError("the daemon of \(store.path) answered with a bad request count '\(word)'")
+            }
+            counts[String(parts[0])] = value
+        }
+        return counts
     }
 
     /// Sends `messages` and the end of the batch; returns the count the daemon answers

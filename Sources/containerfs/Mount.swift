@@ -26,7 +26,9 @@ struct Mount: ParsableCommand {
             failure would; writes come through the daemon: no passthrough, no writeback; \
             power-loss=ext4: any fsync makes every name change durable, as ext4's journal does, \
             instead of its folder's fsync; see docs/power-loss.md), timeout=SECONDS (kernel cache of names and \
-            attributes, default 86400), threads=N (default 16), debug; others are passed to \
+            attributes, default 86400), threads=N (default 16), debug, count-requests (count the \
+            requests served by kind, for the bench's requests per file: see docs/benchmarks.md); \
+            others are passed to \
             libfuse.
 
             A container with a capacity (see 'containerfs capacity') is a device of that size: \

@@ -71,6 +71,20 @@ bool cfuse_request_kills_suidgid(void);
 /// name "/" in the folder, to be answered as one with an unnamed file.
 bool cfuse_request_is_tmpfile(void);
 
+/// Counts every request by opcode from now on (`-o count-requests`); call before the
+/// session loop starts. Off, a request costs one test of a flag.
+void cfuse_count_requests(bool on);
+
+/// Whether requests are counted.
+bool cfuse_counting_requests(void);
+
+/// Requests of `opcode` served so far (0 holds opcodes of 64 and above).
+unsigned long cfuse_requests_counted(unsigned opcode);
+
+/// The kernel's name of `opcode` without its FUSE_ prefix ("LOOKUP"), "OTHER" for 0, or
+/// NULL for a number FUSE does not use below 64.
+const char *cfuse_opcode_name(unsigned opcode);
+
 /// Whether the kernel agreed to passthrough in INIT (and still grants backing files).
 bool cfuse_passthrough_active(void);
 
