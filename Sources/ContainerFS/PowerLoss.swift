@@ -29,9 +29,11 @@ final class PowerLoss: @unchecked Sendable {
     /// An unnamed file of the journal folder: the durable bytes that changes overwrote,
     /// each file's pieces one after the other.
     private let savedBytesFD: Int32
-    /// Records of changed files at most: half the daemon's descriptors, so that opening
+    /// Records holding a descriptor at most: half the daemon's descriptors, so that opening
     /// files still works when a program changes more files between two syncs than that.
     private let recordLimit: Int
+    /// The store's root, which the cut walks for files with no descriptor.
+    private let rootFD: Int32
     /// Descriptors held back for the cut, which opens a few to put the durable state back.
     private var reserve: [Int32] = []
     /// Set by the cut: from then on every change fails with `EIO`, as a disk without power.
@@ -43,8 +45,11 @@ final class PowerLoss: @unchecked Sendable {
 
     fileprivate struct FileRecord {
         /// An `O_PATH` descriptor of the node, to find it again whatever its names: the
-        /// record's only descriptor, so that the thousands of files a program may change
-        /// between two syncs do not run the daemon out of them.
+        /// record's only descriptor. -1 for a file with nothing durable (size 0, a new file
+        /// most often), which needs no bytes saved: the cut finds it by a walk of the store,
+        /// so that a program making thousands of files between two syncs (`tar x`) does
+        /// not run the daemon out of descriptors. Without a descriptor the inode number
+        /// may be freed and taken again, but only by a new file: nothing durable either.
         var node: Int32
         var durableSize: Int64
         /// The durable bytes saved, by their offsets in the file…
@@ -90,6 +95,8 @@ final class PowerLoss: @unchecked Sendable {
         var folders: [InodeKey: FolderRecord] = [:]
         var links = 0
         var cleanCount = 0
+        /// Records holding a descriptor.
+        var descriptors = 0
         /// The end of the saved-bytes file, where the next piece goes.
         var savedEnd: Int64 = 0
         /// Pieces that records hold there: none, and the file is emptied.
@@ -100,7 +107,10 @@ final class PowerLoss: @unchecked Sendable {
             guard var record = files.removeValue(forKey: key) else { return }
             if record.clean { cleanCount -= 1 }
             forget(&record, savedBytes: savedBytes)
-            close(record.node)
+            if record.node >= 0 {
+                close(record.node)
+                descriptors -= 1
+            }
         }
 
         /// Frees the pieces `record` saved, which no longer matter.
@@ -124,6 +134,7 @@ final class PowerLoss: @unchecked Sendable {
     /// Opens (making it, emptied) the journal folder in the store's state folder.
     init(store: Store, model: Durability.NameModel = .posix) throws(Errno) {
         self.model = model
+        rootFD = store.rootFD
         Self.clear(store)
         _ = withCName(Self.journalName) { mkdirat(store.stateFD, $0, 0o700) }
         let journalFD = try withCName(Self.journalName) { (name) throws(Errno) in
@@ -185,14 +196,16 @@ final class PowerLoss: @unchecked Sendable {
     private func startRecord(_ fd: Int32, _ state: inout State) throws(Errno) -> FileRecord {
         var info = stat()
         try sys { fstat(fd, &info) }
-        if state.files.count >= recordLimit { dropCleanRecords(&state) }
-        guard state.files.count < recordLimit else { throw Errno(EMFILE) }
+        if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0) }
+        if state.descriptors >= recordLimit { dropCleanRecords(&state) }
+        guard state.descriptors < recordLimit else { throw Errno(EMFILE) }
         var node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         if node < 0, errno == EMFILE || errno == ENFILE {
             dropCleanRecords(&state)
             node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         }
         guard node >= 0 else { throw Errno.current }
+        state.descriptors += 1
         return FileRecord(node: node, durableSize: Int64(info.st_size))
     }
 
@@ -298,8 +311,9 @@ final class PowerLoss: @unchecked Sendable {
         state.withLock { state in
             if var record = state.files[key], !record.clean {
                 // Kept, clean, with what is now durable; the bytes saved no longer matter.
+                // A record without a descriptor is not worth keeping.
                 var info = stat()
-                if fstat(record.node, &info) == 0 {
+                if record.node >= 0, fstat(record.node, &info) == 0 {
                     record.durableSize = Int64(info.st_size)
                     state.forget(&record, savedBytes: savedBytesFD)
                     record.clean = true
@@ -413,7 +427,12 @@ final class PowerLoss: @unchecked Sendable {
                 }
             }
             // 3. Each file's data as it was durable, wherever its names are now.
+            var unplaced = Set<InodeKey>()
             for (key, record) in state.files where !record.clean {
+                guard record.node >= 0 else {
+                    unplaced.insert(key)
+                    continue
+                }
                 var info = stat()
                 defer { close(record.node) }   // one descriptor freed for the next
                 guard fstat(record.node, &info) == 0, info.st_nlink > 0 else { continue }
@@ -437,6 +456,23 @@ final class PowerLoss: @unchecked Sendable {
                 changed.append(.data(key))
             }
             for record in state.files.values where record.clean { close(record.node) }
+            // 4. The files with nothing durable, found by a walk, emptied.
+            if !unplaced.isEmpty {
+                Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
+                    let key = InodeKey(info)
+                    guard info.st_mode & S_IFMT == S_IFREG, unplaced.remove(key) != nil else { return }
+                    changed.append(.data(key))
+                    guard info.st_size > 0 else { return }
+                    let node = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+                    guard node >= 0 else { report.untracked += 1; return }
+                    defer { close(node) }
+                    guard let writer = Self.writer(node, info) else { report.untracked += 1; return }
+                    if ftruncate(writer, 0) != 0 { report.untracked += 1 }
+                    close(writer)
+                    report.files += 1
+                    report.bytes += Int64(info.st_size)
+                }
+            }
             for record in state.folders.values { release(record) }
             state = State()
             _ = ftruncate(savedBytesFD, 0)

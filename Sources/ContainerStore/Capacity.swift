@@ -86,10 +86,23 @@ public enum Capacity {
 
     private static func treeBytes(_ rootFD: Int32, skippingState: Bool) -> Int64 {
         var info = stat()
-        guard fstatat(rootFD, "", &info, clinux_AT_EMPTY_PATH) == 0, let chain = try? FolderChain(top: rootFD) else { return 0 }
+        guard fstatat(rootFD, "", &info, clinux_AT_EMPTY_PATH) == 0 else { return 0 }
         var seen = Set<UInt64>()
         var total = blockBytes(info)
-        // Each level: the names still to count.
+        forEachNode(below: rootFD, skippingState: skippingState) { _, _, info in
+            if info.st_mode & S_IFMT != S_IFDIR, info.st_nlink > 1, !seen.insert(UInt64(info.st_ino)).inserted { return }
+            total = total.addingSaturating(blockBytes(info))
+        }
+        return total
+    }
+
+    /// Calls `visit` with each node below the folder `rootFD` (not following symlinks),
+    /// its folder's descriptor, its name and its status; the state folder is skipped
+    /// with `skippingState`. Descriptors held: a bounded window of the folders above.
+    public static func forEachNode(below rootFD: Int32, skippingState: Bool, _ visit: (_ folderFD: Int32, _ name: [UInt8], _ info: stat) -> Void) {
+        guard let chain = try? FolderChain(top: rootFD) else { return }
+        var info = stat()
+        // Each level: the names still to visit.
         var levels: [[[UInt8]]] = [names(rootFD).filter { !skippingState || $0 != ContainerLayout.stateFolderName }]
         // Popped in place: a copy of the level (`levels.last`) makes each removal copy it.
         while !levels.isEmpty {
@@ -99,11 +112,9 @@ public enum Capacity {
                 continue
             }
             guard withCName(name, { fstatat(chain.fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
-            if info.st_mode & S_IFMT != S_IFDIR, info.st_nlink > 1, !seen.insert(UInt64(info.st_ino)).inserted { continue }
-            total = total.addingSaturating(blockBytes(info))
+            visit(chain.fd, name, info)
             if info.st_mode & S_IFMT == S_IFDIR, (try? chain.enter(name)) != nil { levels.append(names(chain.fd)) }
         }
-        return total
     }
 
     /// Refuses a change made outside a mount that would take the container past its

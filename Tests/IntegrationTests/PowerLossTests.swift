@@ -201,6 +201,38 @@ struct PowerLossTests {
         print("power-loss descriptors: changed, refused: \(result.stdout)", terminator: "")
     }
 
+    /// New files hold no descriptor in their record: with 256 descriptors a program makes
+    /// and writes 1,000 files without syncing them (their folder synced, so the names are
+    /// durable), none refused; the cut finds each by a walk and empties it.
+    @Test func newFilesBeyondTheDaemonsDescriptorsAreRecordedAndEmptiedByTheCut() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
+                                            containerfsBinary, container.store, container.mountpoint])
+        let deadline = Date().addingTimeInterval(10)
+        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
+        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let script = #"""
+            import os, sys
+            docs = sys.argv[1] + "/Documents"
+            os.mkdir(docs + "/tree")
+            for i in range(1000):
+                with open(f"{docs}/tree/f{i}", "w") as f: f.write(f"never synced {i}")
+            os.link(f"{docs}/tree/f0", f"{docs}/tree/link")
+            for folder in [docs + "/tree", docs]:
+                fd = os.open(folder, os.O_RDONLY); os.fsync(fd); os.close(fd)
+            """#
+        let result = try runProgram(["python3", "-c", script, container.mountpoint])
+        #expect(result.status == 0, "\(result)")
+        let report = try Self.cut(container)
+        #expect(report.hasPrefix("power cut: dropped 1000 files (") && !report.contains("could not"), "\(report)")
+        let sizes = (0..<1000).map { (try? FileManager.default.attributesOfItem(atPath: container.stored("Documents/tree/f\($0)"))[.size] as? Int) ?? -1 }
+        #expect(sizes.allSatisfy { $0 == 0 }, "sizes other than 0: \(sizes.filter { $0 != 0 }.prefix(5))")
+        #expect(Self.stored(container, "tree/link") == "")
+        container.unmount()
+        _ = daemon.wait(seconds: 10)
+    }
+
     // MARK: Launches: run --power-cut, --kill
 
     /// A store (not mounted: `run` mounts it), with `programs` written beside it.
