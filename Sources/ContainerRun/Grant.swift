@@ -143,7 +143,7 @@ final class OpenedGrant {
         }
         // A file is inside the store when its folder is.
         let folder = isFolder ? openat(fd, ".", clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
-            : NodeAncestry.openPath(Array((host as NSString).deletingLastPathComponent.utf8))
+            : NodeAncestry.openPath(Array(Directory.holding(host).utf8))
         // A file bound over another (its own mount) may be any file, the store's too: its folder tells nothing.
         if !isFolder, folder >= 0, NodeAncestry.mountID(fd) != NodeAncestry.mountID(folder) {
             close(folder)

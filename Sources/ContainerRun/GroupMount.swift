@@ -73,7 +73,7 @@ public final class GroupMount {
         let users = try lockFile(group, usersLockName)
         flockRetrying(users, LOCK_SH)
         if let holder = MountLock.holder(group) {
-            let parent = (holder.mountpoint as NSString).deletingLastPathComponent
+            let parent = Directory.holding(holder.mountpoint)
             guard (parent as NSString).lastPathComponent.hasPrefix(folderPrefix) else {
                 close(users)
                 throw UserError("the group container \(path) is mounted at \(holder.mountpoint): unmount it first with 'containerfs unmount \(holder.mountpoint)'; runs of its members mount it themselves")
@@ -163,7 +163,7 @@ public final class GroupMount {
 
     private static func removeMountpoint(_ mountpoint: String) {
         rmdir(mountpoint)
-        let parent = (mountpoint as NSString).deletingLastPathComponent
+        let parent = Directory.holding(mountpoint)
         if (parent as NSString).lastPathComponent.hasPrefix(folderPrefix) { rmdir(parent) }
     }
 }

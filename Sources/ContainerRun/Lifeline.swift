@@ -92,9 +92,9 @@ public final class Lifeline: @unchecked Sendable {
         }
         if MountEntry.at(mountpoint) != nil { _ = try? MountDaemon.unmount(mountpoint, lazy: true, waitForDaemon: false) }
         rmdir(mountpoint)
-        let parent = (mountpoint as NSString).deletingLastPathComponent
+        let parent = Directory.holding(mountpoint)
         let name = (parent as NSString).lastPathComponent
-        if (parent as NSString).deletingLastPathComponent == "/tmp",
+        if Directory.holding(parent) == "/tmp",
            name.hasPrefix(GroupMount.folderPrefix) || name.hasPrefix("containerfs-run-") {
             rmdir(parent)
         }

@@ -411,14 +411,14 @@ public struct Run {
 
     /// Where root's program's `/dev` nodes are: beside the mount point.
     private static func devicesFolder(of mountpoint: String) -> String {
-        (mountpoint as NSString).deletingLastPathComponent + "/dev"
+        Directory.holding(mountpoint) + "/dev"
     }
 
     /// Removes the mount point, the `/dev` nodes and their private parent, once nothing is mounted there.
     private static func removeMountpoint(_ mountpoint: String) {
         Sandbox.removeDevices(in: devicesFolder(of: mountpoint))
         rmdir(mountpoint)
-        let parent = (mountpoint as NSString).deletingLastPathComponent
+        let parent = Directory.holding(mountpoint)
         if (parent as NSString).lastPathComponent.hasPrefix("containerfs-run-") { rmdir(parent) }
     }
 

@@ -97,7 +97,7 @@ public struct InstallerKey: Sendable {
     {
         let location = try location(path, environment)
         if let key = try read(location.file) { return key }
-        let folder = parentFolder(location.file)
+        let folder = Directory.holding(location.file)
         if path == nil {
             try makeFolders(folder)
         } else {
@@ -238,10 +238,5 @@ public struct InstallerKey: Sendable {
         if folder.hasPrefix("/var/tmp/"), info.st_uid != geteuid() || info.st_mode & 0o077 != 0 {
             throw UserError("\(folder) is not a private folder of yours: set XDG_CONFIG_HOME to a folder you can write, or pass --key PATH")
         }
-    }
-
-    private static func parentFolder(_ file: String) -> String {
-        guard let slash = file.lastIndex(of: "/") else { return "." }
-        return slash == file.startIndex ? "/" : String(file[..<slash])
     }
 }

@@ -135,7 +135,7 @@ public enum DeviceCapacity {
 
     /// Marks `store` (not mounted) before a command changes it.
     public static func markChange(_ store: Store) -> ChangeMark? {
-        let path = (store.resolvedPath as NSString).deletingLastPathComponent
+        let path = Directory.holding(store.resolvedPath)
         guard read(devicePath: path) != nil, ledger(devicePath: path)?.attached == true else { return nil }
         return ChangeMark(devicePath: path, before: Capacity.usedBytes(rootFD: store.rootFD))
     }
@@ -167,10 +167,9 @@ public enum DeviceCapacity {
         if let store = try? Store.open(path, changing: false) {
             return MountLock.holder(store) == nil ? markChange(store) : nil
         }
-        let device = (path as NSString).deletingLastPathComponent
-        guard read(devicePath: device.isEmpty ? "." : device) != nil,
-              ledger(devicePath: device.isEmpty ? "." : device)?.attached == true else { return nil }
-        return ChangeMark(devicePath: device.isEmpty ? "." : device, before: 0)
+        let device = Directory.holding(path)
+        guard read(devicePath: device) != nil, ledger(devicePath: device)?.attached == true else { return nil }
+        return ChangeMark(devicePath: device, before: 0)
     }
 
     /// After the change to the store at `path`.
@@ -225,7 +224,7 @@ public final class DeviceLedger: Sendable {
     /// nil when it has none. The first daemon to attach counts every container of the
     /// device afresh into the ledger; later ones take the ledger as it is.
     public static func attach(_ store: Store) throws(UserError) -> DeviceLedger? {
-        let devicePath = (store.resolvedPath as NSString).deletingLastPathComponent
+        let devicePath = Directory.holding(store.resolvedPath)
         let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard deviceFD >= 0 else { return nil }
         defer { close(deviceFD) }

@@ -27,4 +27,16 @@ public enum Directory {
             return Array(bytes.prefix { $0 != 0 })
         }
     }
+
+    /// The folder holding `path`, as `dirname(1)` gives it: "." for a bare name, "/" for a
+    /// name at the root. Worked out on the bytes: Foundation's `deletingLastPathComponent`
+    /// trapped on the one-letter store of `containerfs create s`.
+    public static func holding(_ path: String) -> String {
+        let slash = UInt8(ascii: "/")
+        var bytes = Array(path.utf8)
+        while bytes.count > 1, bytes.last == slash { bytes.removeLast() }
+        guard var end = bytes.lastIndex(of: slash) else { return "." }
+        while end > 0, bytes[end - 1] == slash { end -= 1 }
+        return end == 0 ? "/" : String(decoding: bytes[..<end], as: UTF8.self)
+    }
 }

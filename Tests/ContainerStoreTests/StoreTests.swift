@@ -23,6 +23,15 @@ private struct Scratch: ~Copyable {
 
 @Suite("Store")
 struct StoreTests {
+    /// The folder holding a path, as dirname(1) says, from the bytes (Foundation's
+    /// version trapped on a one-letter name).
+    @Test func theFolderHoldingAPath() {
+        let cases: [(String, String)] = [("s", "."), ("store", "."), ("./s", "."), ("a/b", "a"), ("a//b/", "a"),
+                                         ("/s", "/"), ("//s", "/"), ("/a/b/c", "/a/b"), ("/", "/"), ("", "."),
+                                         ("a/", "."), ("/tmp/é/ü", "/tmp/é")]
+        for (path, folder) in cases { #expect(Directory.holding(path) == folder, "\(path)") }
+    }
+
     @Test func createMakesTheStructureTheBundleAndTheStateFolder() throws {
         let scratch = try Scratch()
         let store = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")

@@ -64,6 +64,15 @@ struct CLIErrorTests {
         }
     }
 
+    /// A store named relative to the working folder, with one letter: the device check
+    /// that looks at the folder holding it trapped there once.
+    @Test func createWithAOneLetterStoreInTheWorkingFolder() throws {
+        let scene = try CLIScene()
+        let result = try runProgram([containerfsBinary, "create", "s", "--bundle", scene.bundle], directory: scene.base)
+        #expect(result.status == 0, "\(result)")
+        #expect(access(scene.base + "/s/.containerfs", F_OK) == 0)
+    }
+
     @Test func createWithAMissingBundle() throws {
         let scene = try CLIScene()
         let result = try scene.unchanged { try containerfs(["create", scene.base + "/store", "--bundle", scene.base + "/Missing.app"]) }
