@@ -80,9 +80,11 @@ def workloads(cfg):
         ("seq_read_cold", f"seq read {size}, cold (caches dropped)", "MB/s", "rate"),
         ("seq_read_warm", f"seq read {size}, warm", "MB/s", "rate"),
         ("rand_read", f"random read 4 KiB, warm, {cfg.rand_seconds} s, 1 job", "MB/s", "rate"),
+        ("direct_write", f"seq write {size}, O_DIRECT", "MB/s", "rate"),
         ("create", f"create {n} files of 4 KiB", "s", "time"),
         ("stat_cold", f"stat {n} files, 1st pass (caches dropped)", "s", "time"),
         ("stat_warm", f"stat {n} files, 2nd pass (warm)", "s", "time"),
+        ("write_stat", f"write 4 KiB then stat, {n} times", "s", "time"),
         ("list", f"list the folder of {n} (readdir), 1st pass", "s", "time"),
         ("list_warm", f"list the folder of {n}, 2nd pass", "s", "time"),
         ("unlink", f"delete {n} files", "s", "time"),
@@ -570,6 +572,14 @@ def sequential(cfg, target, record):
     os.unlink(path)
 
 
+def direct(cfg, target, record):
+    """A group of its own: a target without O_DIRECT (passthrough_hp answers EINVAL)
+    fails this row only, not the other sequential ones."""
+    flush()
+    record("direct_write", lambda: fio(cfg, target, "directwrite", "write", "1M", ("--direct=1", "--end_fsync=1")))
+    os.unlink(os.path.join(target.workdir, "seq.dat"))
+
+
 def metadata(cfg, tool, target, record):
     folder = os.path.join(target.workdir, "meta")
     os.mkdir(folder)
@@ -586,6 +596,7 @@ def metadata(cfg, tool, target, record):
     drop_caches()
     record("stat_cold", lambda: expect(fsbench(tool, target, "stat", folder, n), "stat"))
     record("stat_warm", lambda: expect(fsbench(tool, target, "stat", folder, n), "stat"))
+    record("write_stat", lambda: expect(fsbench(tool, target, "writestat", folder, n, 4096), "write and stat"))
     record("list", lambda: expect(fsbench(tool, target, "list", folder), "list"))
     record("list_warm", lambda: expect(fsbench(tool, target, "list", folder), "list"))
     flush()
@@ -678,7 +689,7 @@ def deep_move(cfg, target, record):
 
 # The rows whose requests are counted, and what they are counted per: the metadata rows'
 # files (cfg.meta_files) or the tree's (the tarball's files).
-PER_FILE = {"create": "meta", "stat_cold": "meta", "stat_warm": "meta", "list": "meta",
+PER_FILE = {"create": "meta", "stat_cold": "meta", "stat_warm": "meta", "write_stat": "meta", "list": "meta",
             "list_warm": "meta", "unlink": "meta", "untar": "tree", "readall": "tree", "rmrf": "tree"}
 # Requests the program does not wait for: the kernel sends them in the background.
 NOT_WAITED = ("RELEASE", "RELEASEDIR", "FORGET", "BATCH_FORGET")
@@ -709,7 +720,7 @@ def render_requests(cfg, targets, tarball, counted):
     files = {"meta": cfg.meta_files, "tree": tarball["files"]}
     lines = ["", "Requests per file (first run; counted by the daemon, -o count-requests): waited for,",
              "  then the kinds; RELEASE and FORGET are sent in the background (FORGET when the kernel drops a node)"]
-    short = {"create": "create", "stat_cold": "stat cold", "stat_warm": "stat warm", "list": "list",
+    short = {"create": "create", "stat_cold": "stat cold", "stat_warm": "stat warm", "write_stat": "write+stat", "list": "list",
              "list_warm": "list warm", "unlink": "delete", "untar": "untar", "readall": "read-all", "rmrf": "rm -rf"}
     for target in targets:
         rows = [(key, counted[(target.key, key)]) for key, _, _, _ in workloads(cfg) if (target.key, key) in counted]
@@ -794,8 +805,8 @@ def render(cfg, meta, targets, results, errors, counted=None):
     header = f"  {'workload':<26}{'goal':>6}" + "".join(f"{t.label:>{max(len(t.label), 6) + 2}}" for t in others)
     lines.append(header)
     short = {"seq_write": "seq write", "seq_read_cold": "seq read cold", "seq_read_warm": "seq read warm",
-             "rand_read": "random read 4 KiB", "create": "create", "stat_cold": "stat cold",
-             "stat_warm": "stat warm", "list": "list", "list_warm": "list warm", "unlink": "delete", "untar": "untar",
+             "rand_read": "random read 4 KiB", "direct_write": "O_DIRECT write", "create": "create",
+             "stat_cold": "stat cold", "stat_warm": "stat warm", "write_stat": "write+stat", "list": "list", "list_warm": "list warm", "unlink": "delete", "untar": "untar",
              "readall": "read-all", "rmrf": "rm -rf", "deep_move": "deep folder move"}
     missed = {t.key: [] for t in others}
     met = {t.key: 0 for t in others}
@@ -916,7 +927,7 @@ def main():
     parser.add_argument("--output", default=os.environ.get("BENCH_OUTPUT"),
                         help="results file (default bench/results/latest.txt, quick: quick.txt)")
     parser.add_argument("--groups", default=os.environ.get("BENCH_GROUPS", ""),
-                        help="only these workload groups: sequential,metadata,tree,deep (also BENCH_GROUPS)")
+                        help="only these workload groups: sequential,direct,metadata,tree,deep (also BENCH_GROUPS)")
     parser.add_argument("--base", default=os.environ.get("BENCH_BASE"),
                         help="another containerfs binary (an older commit's, bench/compare.sh builds one) "
                              "measured beside BINARY in Documents/, in the same run (also BENCH_BASE)")
@@ -984,7 +995,8 @@ def main():
     targets = [every[name]() for name in wanted]
 
     groups = {"sequential": ("seq_write", "seq_read_cold", "seq_read_warm", "rand_read"),
-              "metadata": ("create", "stat_cold", "stat_warm", "list", "list_warm", "unlink"),
+              "direct": ("direct_write",),
+              "metadata": ("create", "stat_cold", "stat_warm", "write_stat", "list", "list_warm", "unlink"),
               "tree": ("untar", "readall", "rmrf"),
               "deep": ("deep_move",)}
     only = [name.strip() for name in args.groups.split(",") if name.strip()] if args.groups else list(groups)
@@ -1027,6 +1039,8 @@ def main():
                     try:
                         if group == "sequential":
                             sequential(cfg, target, record)
+                        elif group == "direct":
+                            direct(cfg, target, record)
                         elif group == "metadata":
                             metadata(cfg, tool, target, record)
                         elif group == "tree":

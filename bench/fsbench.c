@@ -70,7 +70,7 @@ static int read_one(const char *path, const struct stat *st, int type, struct FT
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: fsbench create|stat|list|unlink|readall DIR [N [SIZE]]\n");
+    fprintf(stderr, "usage: fsbench create|stat|writestat|list|unlink|readall DIR [N [SIZE]]\n");
     return 64;
   }
   const char *op = argv[1], *dir = argv[2];
@@ -100,6 +100,19 @@ int main(int argc, char **argv) {
       total_count++;
       total_bytes += st.st_size;
     }
+  } else if (strcmp(op, "writestat") == 0) {
+    /* A write, then a stat of the file, N times: after a write the kernel no longer
+     * trusts its cached size and times, so through FUSE each stat is a GETATTR. */
+    struct stat st;
+    int fd = open("written", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) die("create", "written");
+    for (long i = 0; i < n; i++) {
+      if (pwrite(fd, buffer, (size_t)size, (off_t)(i % 256) * size) != size) die("write", "written");
+      if (stat("written", &st) != 0) die("stat", "written");
+      total_count++;
+      total_bytes += size;
+    }
+    if (close(fd) != 0 || unlink("written") != 0) die("close or unlink", "written");
   } else if (strcmp(op, "list") == 0) {
     DIR *d = opendir(".");
     if (!d) die("opendir", dir);
