@@ -162,11 +162,20 @@ struct RestoreCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
-            defer { settle() }
+            // A device with a capacity refuses what does not fit; what fits goes to its live
+            // count (docs/capacity.md, "Installing on a full device").
+            let device = DeviceInstall(storePaths: [store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { device.finish() }
             let groups = try Store.checkGroupIdentifiers(group)
             if !groups.isEmpty, bundle == nil { throw UserError.usage("--group goes with --bundle: only an app belongs to groups") }
+            // On the restored container built aside, with the groups it will make: what the
+            // device gains is exactly what it will count. The target is new or an empty
+            // folder (never a container): its whole size is what is added.
+            let path = store
+            let admit: Restore.Admit = { (rootFD) throws(UserError) in
+                let adding = Capacity.usedBytes(rootFD: rootFD).addingSaturated(try Store.missingGroupBytes(groups, besideStore: path))
+                try device.admit(adding, "restore into \(path)")
+            }
             // As create: the key first, so a key that cannot be had writes nothing.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
@@ -178,9 +187,9 @@ struct RestoreCommand: ParsableCommand {
                     let url = try ObjectURL(parsing: archive, requireKey: true)
                     guard let bundle else { throw UserError.usage("name the app's bundle with --bundle: a group container restores from an archive file") }
                     summary = try ObjectStoreBackup.restore(from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle,
-                                                            installerKey: installerKey, progress: update)
+                                                            installerKey: installerKey, progress: update, admit: admit)
                 } else {
-                    summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey, progress: update)
+                    summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey, progress: update, admit: admit)
                 }
                 bar.finish()
             } catch {

@@ -38,9 +38,10 @@ struct Create: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
-            defer { settle() }
+            // A device with a capacity refuses what does not fit; what fits goes to its live
+            // count (docs/capacity.md, "Installing on a full device").
+            let device = DeviceInstall(storePaths: [store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { device.finish() }
             let groups = try Store.checkGroupIdentifiers(group)
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             // The key first: a key that cannot be had leaves no container behind.
@@ -61,6 +62,10 @@ struct Create: ParsableCommand {
                 }
                 if !groups.isEmpty { try Store.writeMembership(groups, stateFD: stateFD) }
                 try sign?(rootFD, stateFD, bundleName)
+                // Last, on the complete staged copy and the groups it will make: what the
+                // device gains is exactly what it will count (docs/capacity.md).
+                let adding = Capacity.usedBytes(rootFD: rootFD).addingSaturated(try Store.missingGroupBytes(groups, besideStore: path))
+                try device.admit(adding, "install \(ContainerPath.printable(bundleName)) at \(path)")
             })
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
             for made in try Store.createMissingGroups(groups, besideStore: store) {
@@ -97,14 +102,17 @@ struct CreateGroup: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([path])
-            defer { settle() }
+            // A device with a capacity refuses what does not fit; what fits goes to its live
+            // count (docs/capacity.md, "Installing on a full device").
+            let device = DeviceInstall(storePaths: [path])
+            defer { device.finish() }
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             let protection = protection
-            let created = try Store.createGroup(at: path, configure: { _, stateFD in
+            let path = path
+            let created = try Store.createGroup(at: path, configure: { rootFD, stateFD in
                 if let protection { try Store.writeDefaultProtection(protection, stateFD: stateFD) }
                 if let bytes = choice?.bytes { try Capacity.write(stateFD: stateFD, bytes) }
+                try device.admit(Capacity.usedBytes(rootFD: rootFD), "make the group container \(path)")
             })
             FileHandleOutput.standardOutput.write("created group container \(created.path) for \(created.groupIdentifier ?? "")\n")
         }
