@@ -140,6 +140,12 @@ struct RestoreCommand: ParsableCommand {
             A group container's archive (backup DEVICE/ID) restores without --bundle to a path \
             named by the group's identifier, DEVICE/ID: its root, Library/ and Library/Preferences/ \
             as they were, Library/Caches/ empty (docs/groups.md).
+
+            In a device folder with a capacity ('containerfs capacity DEVICE SIZE'), the restored \
+            container built aside is measured in blocks, as du counts, with the group containers \
+            --group would make, before it is put in place: when it would not fit in the device's \
+            free space it is refused with one line, exit 1, and nothing is written (see \
+            docs/capacity.md, "Installing on a full device").
             """)
 
     @Argument(help: "The backup archive, or s3://BUCKET/KEY.")

@@ -16,6 +16,13 @@ struct Create: ParsableCommand {
             the group's identifier, and made there if missing, as installing a member app makes \
             it on iOS. 'containerfs run' shows each of the app's groups inside the sandbox at \
             /groups/ID and names it in APP_GROUP_NAME (docs/groups.md).
+
+            In a device folder with a capacity ('containerfs capacity DEVICE SIZE'), a container \
+            that would not fit in the device's free space is refused, as an App Store install on \
+            a full iPhone: the copy built aside is measured in blocks, as du counts, with the \
+            group containers --group would make; when the device has less free (its capacity \
+            less what all its containers use), one line says how much each is and nothing is \
+            left behind (exit 1). See docs/capacity.md, "Installing on a full device".
             """)
 
     @Argument(help: "The folder to make the container in.")
@@ -86,7 +93,9 @@ struct CreateGroup: ParsableCommand {
             shows the group at /groups/ID. 'create --group' makes a missing group by itself; \
             this command makes one ahead, with its own protection class or capacity. The group \
             container is mounted, purged, protected, excluded, locked and backed up with the same commands \
-            as an app's; backup writes its root down, and restore ARCHIVE DEVICE/ID (no --bundle) makes it again. See docs/groups.md.
+            as an app's; backup writes its root down, and restore ARCHIVE DEVICE/ID (no --bundle) makes it again. \
+            In a device with a capacity, a group that would not fit in the device's free space \
+            is refused and nothing is made, as for create. See docs/groups.md.
 
               containerfs create-group device/group.com.example.shared
             """)
