@@ -141,6 +141,25 @@ struct DeviceFullTests {
         #expect(try deviceUsed(device) == used + need)
     }
 
+    /// The same from an object store: the object is downloaded and verified aside, then
+    /// refused, nothing put in the device.
+    @Test func restoreFromAnObjectStoreIsRefusedToo() throws {
+        let device = try GroupDevice()
+        try Data((0..<(512 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 13) }).write(to: URL(fileURLWithPath: device.app + "/Documents/big.bin"))
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + 256 * 1024)"]).status == 0)
+        try withSeaweedFS { server in
+            let url = "s3://\(SeaweedFS.bucket)/device/app.tar"
+            let backup = try server.containerfs(["backup", device.app, url])
+            #expect(backup.status == 0, "\(backup)")
+            let before = try names(device.device)
+            let refused = try server.containerfs(["restore", url, device.device + "/FromS3", "--bundle", device.base + "/Demo.app"])
+            expectRefused(refused, device)
+            #expect(try names(device.device) == before, "the refused restore left nothing")
+            #expect(try deviceUsed(device) == used)
+        }
+    }
+
     /// `create --group` adds the group container it makes: the app alone would fit, with
     /// its new group it does not, and neither is made; with room for both, both are. Then
     /// the full device refuses `create-group` too.
