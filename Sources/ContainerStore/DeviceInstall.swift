@@ -43,6 +43,7 @@ public final class DeviceInstall {
     /// complete container built aside, just before it is renamed into place.
     public func admit(_ bytes: Int64, _ what: String) throws(UserError) {
         guard decide < 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
+        let bytes = max(0, bytes)  // so that `finish` can negate the reservation
         let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard deviceFD >= 0 else { throw UserError("cannot open the device folder \(devicePath): \(Errno.current)") }
         defer { close(deviceFD) }
@@ -55,7 +56,9 @@ public final class DeviceInstall {
         var used: Int64
         if DeviceCapacity.ledger(devicePath: devicePath)?.attached == true {
             let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
-            guard ledger >= 0 else { throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)") }
+            guard ledger >= 0 else {
+                throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
+            }
             defer { close(ledger) }
             var fits = false
             used = 0
@@ -118,7 +121,8 @@ extension Store {
             if withCName(leaf, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 { continue }
             // What a measure killed halfway left goes first.
             _ = StagingName.removeAbandoned(in: parentFD, beside: leaf, "measuring")
-            let (staging, lock) = try buildGroupAsideHeld(in: parentFD, leaf, "measuring", path: groupPath(identifier, besideStore: storePath))
+            let path = groupPath(identifier, besideStore: storePath)
+            let (staging, lock) = try buildGroupAsideHeld(in: parentFD, leaf, "measuring", path: path)
             if let rootFD = try? openDirectory(at: parentFD, staging) {
                 total = total.addingSaturated(Capacity.usedBytes(rootFD: rootFD))
                 close(rootFD)
