@@ -66,7 +66,8 @@ public enum ObjectStoreBackup {
     /// is restored, reading the object as it is downloaded (at most 8 MiB ahead): nothing
     /// is put in place unless the whole object came and verified.
     public static func restore(from url: ObjectURL, config: ObjectStoreConfig, to storePath: String, bundle bundlePath: String,
-                               installerKey: InstallerKey? = nil, progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
+                               installerKey: InstallerKey? = nil, progress: ((Int64, Int64) -> Void)? = nil,
+                               admit: Restore.Admit? = nil) throws(UserError) -> RestoreSummary {
         var bundleInfo = stat()
         guard lstat(bundlePath, &bundleInfo) == 0, bundleInfo.st_mode & S_IFMT == S_IFDIR else {
             throw UserError.usage("no bundle folder at \(bundlePath): name the app's NAME.app folder with --bundle")
@@ -82,7 +83,7 @@ public enum ObjectStoreBackup {
             throw userError(error, doing: "cannot restore from \(url)", nothingStored: nil)
         }
         return try Restore.restore(.source(stream), size: size, named: url.description, to: storePath, bundle: bundlePath,
-                                   installerKey: installerKey, progress: progress)
+                                   installerKey: installerKey, progress: progress, admit: admit)
     }
 
     /// One backup in a listing.

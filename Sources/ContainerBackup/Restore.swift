@@ -30,10 +30,13 @@ public enum Restore {
     static let manifestLimit: Int64 = 1 << 30
 
     /// Restores `archivePath` into a new container at `storePath`, installing the bundle
-    /// at `bundlePath` as `create` does (signed with `installerKey`, when given).
+    /// at `bundlePath` as `create` does (signed with `installerKey`, when given). `admit`
+    /// sees the complete container built aside (its root) just before it is renamed into
+    /// place, and may refuse it (a full device: `DeviceInstall`); then nothing is written.
     public static func restore(archive archivePath: String, to storePath: String, bundle bundlePath: String?,
                                installerKey: InstallerKey? = nil,
-                               progress: ((Int64, Int64) -> Void)? = nil) throws(UserError) -> RestoreSummary {
+                               progress: ((Int64, Int64) -> Void)? = nil,
+                               admit: Admit? = nil) throws(UserError) -> RestoreSummary {
         let fd = Glibc.open(archivePath, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw UserError("cannot read archive \(archivePath): \(Errno.current)") }
         defer { close(fd) }
@@ -42,13 +45,16 @@ public enum Restore {
             throw UserError.usage("\(archivePath) is not a file: name a backup archive made by 'containerfs backup'")
         }
         return try restore(.file(fd), size: Int64(info.st_size), named: archivePath, to: storePath, bundle: bundlePath,
-                           installerKey: installerKey, progress: progress)
+                           installerKey: installerKey, progress: progress, admit: admit)
     }
+
+    /// A last check of the restored container built aside, given its root's descriptor.
+    public typealias Admit = (_ rootFD: Int32) throws(UserError) -> Void
 
     /// Restores the archive read from `input` (`size` bytes, for the progress; `archivePath`
     /// names it in messages).
     static func restore(_ input: ArchiveInput, size: Int64, named archivePath: String, to storePath: String, bundle bundlePath: String?,
-                        installerKey: InstallerKey?, progress: ((Int64, Int64) -> Void)?) throws(UserError) -> RestoreSummary {
+                        installerKey: InstallerKey?, progress: ((Int64, Int64) -> Void)?, admit: Admit?) throws(UserError) -> RestoreSummary {
         let (parentPath, leaf) = Store.splitParent(storePath)
         // No bundle: the target is a group container, named by its identifier (docs/groups.md).
         let isGroup = bundlePath == nil
@@ -84,6 +90,7 @@ public enum Restore {
             let rootFD = try sys { openat(store.rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
             defer { close(rootFD) }
             try sys { clinux_syncfs(rootFD) }
+            try admit?(rootFD)
             try withCName(staging) { (from) throws(Errno) in
                 try withCName(leaf) { (to) throws(Errno) in _ = try sys { renameat(parentFD, from, parentFD, to) } }
             }

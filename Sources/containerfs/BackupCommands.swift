@@ -140,6 +140,12 @@ struct RestoreCommand: ParsableCommand {
             A group container's archive (backup DEVICE/ID) restores without --bundle to a path \
             named by the group's identifier, DEVICE/ID: its root, Library/ and Library/Preferences/ \
             as they were, Library/Caches/ empty (docs/groups.md).
+
+            In a device folder with a capacity ('containerfs capacity DEVICE SIZE'), the restored \
+            container built aside is measured in blocks, as du counts, with the group containers \
+            --group would make, before it is put in place: when it would not fit in the device's \
+            free space it is refused with one line, exit 1, and nothing is written (see \
+            docs/capacity.md, "Installing on a full device").
             """)
 
     @Argument(help: "The backup archive, or s3://BUCKET/KEY.")
@@ -162,11 +168,20 @@ struct RestoreCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
-            defer { settle() }
+            // A device with a capacity refuses what does not fit; what fits goes to its live
+            // count (docs/capacity.md, "Installing on a full device").
+            let device = DeviceInstall(storePaths: [store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { device.finish() }
             let groups = try Store.checkGroupIdentifiers(group)
             if !groups.isEmpty, bundle == nil { throw UserError.usage("--group goes with --bundle: only an app belongs to groups") }
+            // On the restored container built aside, with the groups it will make: what the
+            // device gains is exactly what it will count. The target is new or an empty
+            // folder (never a container): its whole size is what is added.
+            let path = store
+            let admit: Restore.Admit = { (rootFD) throws(UserError) in
+                let adding = Capacity.usedBytes(rootFD: rootFD).addingSaturated(try Store.missingGroupBytes(groups, besideStore: path))
+                try device.admit(adding, "restore into \(path)")
+            }
             // As create: the key first, so a key that cannot be had writes nothing.
             let installerKey = try InstallerKey.loadOrCreate(at: key)
             if let note = installerKey.creationNote { FileHandleOutput.standardOutput.write(note + "\n") }
@@ -178,9 +193,9 @@ struct RestoreCommand: ParsableCommand {
                     let url = try ObjectURL(parsing: archive, requireKey: true)
                     guard let bundle else { throw UserError.usage("name the app's bundle with --bundle: a group container restores from an archive file") }
                     summary = try ObjectStoreBackup.restore(from: url, config: try ObjectStoreConfig.load(), to: store, bundle: bundle,
-                                                            installerKey: installerKey, progress: update)
+                                                            installerKey: installerKey, progress: update, admit: admit)
                 } else {
-                    summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey, progress: update)
+                    summary = try Restore.restore(archive: archive, to: store, bundle: bundle, installerKey: installerKey, progress: update, admit: admit)
                 }
                 bar.finish()
             } catch {

@@ -21,8 +21,9 @@ struct CapacityCommand: ParsableCommand {
             On a device folder (one holding app and group containers, docs/groups.md) the \
             capacity is the device's, shared by all its containers: a full device refuses growth \
             in any of them, and df in each shows the device's free space. It is changed only while \
-            none of them is mounted. A container's own capacity still applies within it. See \
-            docs/capacity.md.
+            none of them is mounted. A container's own capacity still applies within it. create, \
+            create-group and restore into a full device are refused with one line and leave \
+            nothing, as an App Store install on a full iPhone. See docs/capacity.md.
 
             Examples: 'containerfs capacity ~/C 8M'; 'containerfs capacity ~/C none'; \
             'containerfs capacity ~/C' (show, recount).

@@ -16,6 +16,13 @@ struct Create: ParsableCommand {
             the group's identifier, and made there if missing, as installing a member app makes \
             it on iOS. 'containerfs run' shows each of the app's groups inside the sandbox at \
             /groups/ID and names it in APP_GROUP_NAME (docs/groups.md).
+
+            In a device folder with a capacity ('containerfs capacity DEVICE SIZE'), a container \
+            that would not fit in the device's free space is refused, as an App Store install on \
+            a full iPhone: the copy built aside is measured in blocks, as du counts, with the \
+            group containers --group would make; when the device has less free (its capacity \
+            less what all its containers use), one line says how much each is and nothing is \
+            left behind (exit 1). See docs/capacity.md, "Installing on a full device".
             """)
 
     @Argument(help: "The folder to make the container in.")
@@ -38,9 +45,10 @@ struct Create: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
-            defer { settle() }
+            // A device with a capacity refuses what does not fit; what fits goes to its live
+            // count (docs/capacity.md, "Installing on a full device").
+            let device = DeviceInstall(storePaths: [store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { device.finish() }
             let groups = try Store.checkGroupIdentifiers(group)
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             // The key first: a key that cannot be had leaves no container behind.
@@ -61,6 +69,10 @@ struct Create: ParsableCommand {
                 }
                 if !groups.isEmpty { try Store.writeMembership(groups, stateFD: stateFD) }
                 try sign?(rootFD, stateFD, bundleName)
+                // Last, on the complete staged copy and the groups it will make: what the
+                // device gains is exactly what it will count (docs/capacity.md).
+                let adding = Capacity.usedBytes(rootFD: rootFD).addingSaturated(try Store.missingGroupBytes(groups, besideStore: path))
+                try device.admit(adding, "install \(ContainerPath.printable(bundleName)) at \(path)")
             })
             FileHandleOutput.standardOutput.write("created container \(store) with bundle \(String(decoding: created.layout.bundleName, as: UTF8.self)), signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
             for made in try Store.createMissingGroups(groups, besideStore: store) {
@@ -81,7 +93,9 @@ struct CreateGroup: ParsableCommand {
             shows the group at /groups/ID. 'create --group' makes a missing group by itself; \
             this command makes one ahead, with its own protection class or capacity. The group \
             container is mounted, purged, protected, excluded, locked and backed up with the same commands \
-            as an app's; backup writes its root down, and restore ARCHIVE DEVICE/ID (no --bundle) makes it again. See docs/groups.md.
+            as an app's; backup writes its root down, and restore ARCHIVE DEVICE/ID (no --bundle) makes it again. \
+            In a device with a capacity, a group that would not fit in the device's free space \
+            is refused and nothing is made, as for create. See docs/groups.md.
 
               containerfs create-group device/group.com.example.shared
             """)
@@ -97,14 +111,17 @@ struct CreateGroup: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([path])
-            defer { settle() }
+            // A device with a capacity refuses what does not fit; what fits goes to its live
+            // count (docs/capacity.md, "Installing on a full device").
+            let device = DeviceInstall(storePaths: [path])
+            defer { device.finish() }
             let choice = try capacity.map { (text) throws(UserError) in try parseCapacity(text) }
             let protection = protection
-            let created = try Store.createGroup(at: path, configure: { _, stateFD in
+            let path = path
+            let created = try Store.createGroup(at: path, configure: { rootFD, stateFD in
                 if let protection { try Store.writeDefaultProtection(protection, stateFD: stateFD) }
                 if let bytes = choice?.bytes { try Capacity.write(stateFD: stateFD, bytes) }
+                try device.admit(Capacity.usedBytes(rootFD: rootFD), "make the group container \(path)")
             })
             FileHandleOutput.standardOutput.write("created group container \(created.path) for \(created.groupIdentifier ?? "")\n")
         }

@@ -224,17 +224,3 @@ func isoTime(_ nanoseconds: Int64) -> String {
     let millis = Int(nanoseconds % 1_000_000_000 / 1_000_000)
     return "\(parts.tm_year + 1900)-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2)).\(pad(millis, 3))Z"
 }
-
-/// `12.0 KiB`, `3.4 GiB`; plain bytes below 1 KiB.
-func humanBytes(_ bytes: Int64) -> String {
-    if bytes < 1024 { return "\(bytes) B" }
-    var value = Double(bytes)
-    for unit in ["KiB", "MiB", "GiB", "TiB"] {
-        value /= 1024
-        if value < 1024 || unit == "TiB" {
-            let tenths = Int((value * 10).rounded())
-            return "\(tenths / 10).\(tenths % 10) \(unit)"
-        }
-    }
-    return "\(bytes) B"
-}
