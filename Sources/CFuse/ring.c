@@ -52,19 +52,6 @@ static int ring_stop_fd = -1;                     // eventfd (semaphore): one co
 static pthread_t guard_thread;
 static atomic_bool stopping;
 static atomic_ulong served;                       // requests served from a ring, for -o debug
-
-// What the servers hand over to close (ring_close_soon): the last close of a deleted file
-// waits while ext4 frees its blocks (a synchronous discard here), and a server doing that
-// itself would commit its reply only afterwards. At most CLOSER_SLOTS wait; beyond that a
-// server closes itself, so descriptors never pile up.
-enum { CLOSER_SLOTS = 64 };
-static struct { int fd; int backing_id; } closer_slots[CLOSER_SLOTS];
-static unsigned closer_count;                     // slots in use, under closer_lock
-static bool closer_ending;
-static bool closer_running;
-static pthread_mutex_t closer_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t closer_wake = PTHREAD_COND_INITIALIZER;
-static pthread_t closer_thread;
 static _Thread_local struct ring_entry *serving;  // the entry whose request this thread serves
 
 static char *payload_of(struct ring_entry *entry) { return entry->buffer + RING_HEADROOM; }
@@ -221,37 +208,6 @@ static void *run_server(void *argument) {
     return NULL;
 }
 
-static void *run_closer(void *unused) {
-    (void)unused;
-    pthread_mutex_lock(&closer_lock);
-    for (;;) {
-        while (closer_count == 0 && !closer_ending) pthread_cond_wait(&closer_wake, &closer_lock);
-        if (closer_count == 0) break;   // ending, and everything handed over is closed
-        closer_count--;
-        int fd = closer_slots[closer_count].fd, backing_id = closer_slots[closer_count].backing_id;
-        pthread_mutex_unlock(&closer_lock);
-        if (fd >= 0) close(fd);
-        if (backing_id > 0) cfuse_backing_close(backing_id);
-        pthread_mutex_lock(&closer_lock);
-    }
-    pthread_mutex_unlock(&closer_lock);
-    return NULL;
-}
-
-bool ring_close_soon(int fd, int backing_id) {
-    if (serving == NULL || !closer_running) return false;
-    pthread_mutex_lock(&closer_lock);
-    bool taken = closer_count < CLOSER_SLOTS && !closer_ending;
-    if (taken) {
-        closer_slots[closer_count].fd = fd;
-        closer_slots[closer_count].backing_id = backing_id;
-        closer_count++;
-        pthread_cond_signal(&closer_wake);
-    }
-    pthread_mutex_unlock(&closer_lock);
-    return taken;
-}
-
 /// The number of CPUs the kernel may run on, one queue each ("0-N" in sysfs).
 static int possible_cpus(void) {
     FILE *file = fopen("/sys/devices/system/cpu/possible", "r");
@@ -282,7 +238,6 @@ void ring_start(struct fuse_session *se, int device_fd, size_t payload_size) {
     }
     pthread_sigmask(SIG_BLOCK, &all, &previous);
     server_count = count;   // the guard watches the servers whose thread has started
-    closer_running = pthread_create(&closer_thread, NULL, run_closer, NULL) == 0;
     if (pthread_create(&guard_thread, NULL, guard, NULL) != 0) server_count = count = 0;
     for (int i = 0; i < count; i++) {
         struct ring_server *server = &servers[i];
@@ -312,14 +267,6 @@ void ring_stop(void) {
     }
     free(servers);
     servers = NULL;
-    if (closer_running) {
-        pthread_mutex_lock(&closer_lock);
-        closer_ending = true;
-        pthread_cond_signal(&closer_wake);
-        pthread_mutex_unlock(&closer_lock);
-        pthread_join(closer_thread, NULL);   // after closing all it was handed
-        closer_running = false;
-    }
     close(ring_stop_fd);
     ring_stop_fd = -1;
 }

@@ -28,11 +28,6 @@ bool ring_take_reply(const struct iovec *iov, int count);
 /// Whether this thread serves a request from a ring (splice cannot reach it).
 bool ring_serving(void);
 
-/// On a ring server: hands a descriptor (-1: none) and a backing id (0: none) to the
-/// closer thread, to be closed after the reply, and returns true; false (close them
-/// yourself) when not serving a ring or when the closer has enough waiting.
-bool ring_close_soon(int fd, int backing_id);
-
 /// Requests served from a ring so far.
 unsigned long ring_requests_served(void);
 

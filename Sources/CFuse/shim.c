@@ -234,8 +234,6 @@ bool cfuse_uring_active(void) { return uring_accepted; }
 
 unsigned long cfuse_uring_requests(void) { return ring_requests_served(); }
 
-bool cfuse_close_after_reply(int fd, int backing_id) { return ring_close_soon(fd, backing_id); }
-
 void cfuse_end_kernel_features(void) {
     ring_stop();
     passthrough_active = false;

@@ -159,21 +159,21 @@ func makeOperations() -> fuse_lowlevel_ops {
         respond(request) { () throws(Errno) in
             let released = try fileSystem(request).unlink(caller(request), parent, name!)
             fuse_reply_err(request, 0)
-            released.closeAfterReply()   // the blocks are freed after the reply
+            released.close()   // the blocks are freed after the reply
         }
     }
     ops.rmdir = { request, parent, name in
         respond(request) { () throws(Errno) in
             let released = try fileSystem(request).rmdir(caller(request), parent, name!)
             fuse_reply_err(request, 0)
-            released.closeAfterReply()   // the blocks are freed after the reply
+            released.close()   // the blocks are freed after the reply
         }
     }
     ops.rename = { request, parent, name, newParent, newName, flags in
         respond(request) { () throws(Errno) in
             let released = try fileSystem(request).rename(caller(request), parent, name!, newParent, newName!, flags)
             fuse_reply_err(request, 0)
-            released.closeAfterReply()   // the blocks are freed after the reply
+            released.close()   // the blocks are freed after the reply
         }
     }
     ops.open = { request, ino, info in

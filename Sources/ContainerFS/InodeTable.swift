@@ -568,7 +568,7 @@ final class InodeTable: @unchecked Sendable {
     /// After a name of `node` was removed: with no name left, its descriptor (and the
     /// passthrough backing file) go as soon as no open file needs them, so that its
     /// blocks are freed when the last program closes it, as natively. They are taken
-    /// from the node here and closed by the caller after its reply (`closeAfterReply`):
+    /// from the node here and closed by the caller after its reply (`Released.close`):
     /// the last close frees the blocks, which on ext4 waits for the discard, and the
     /// program need not wait for that.
     func removed(_ node: Inode) -> Released {
@@ -592,13 +592,6 @@ final class InodeTable: @unchecked Sendable {
         func close() {
             if descriptor >= 0 { Glibc.close(descriptor) }
             if backingID > 0 { cfuse_backing_close(backingID) }
-        }
-
-        /// Once the reply is sent. An io_uring server commits its reply only when the
-        /// callback returns, so it hands the close to the ring's closer thread.
-        func closeAfterReply() {
-            guard descriptor >= 0 || backingID > 0, !cfuse_close_after_reply(descriptor, backingID) else { return }
-            close()
         }
     }
 

@@ -91,11 +91,6 @@ bool cfuse_passthrough_active(void);
 /// Whether INIT accepted FUSE over io_uring.
 bool cfuse_uring_active(void);
 
-/// After a callback's reply, what it let go of (a descriptor, -1 for none; a backing id,
-/// 0 for none): true when a ring's closer thread took them, so that the reply, which a ring
-/// commits when the callback returns, does not wait for the close; false: close them now.
-bool cfuse_close_after_reply(int fd, int backing_id);
-
 /// Requests served through io_uring so far.
 unsigned long cfuse_uring_requests(void);
 
