@@ -190,8 +190,7 @@ func makeOperations() -> fuse_lowlevel_ops {
             if cfuse_reply_open_backed(request, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(ino) }
                 fs.protection.releasedPath(ino, info!.pointee.fh)
-                fs.countClosed(ino, fd)
-                close(fd)
+                fs.closeCounted(ino, fd)
                 fs.closed(ino)
             }
         }
@@ -213,8 +212,7 @@ func makeOperations() -> fuse_lowlevel_ops {
             if cfuse_reply_create_backed(request, &entry, info, backing) == -ENOENT {
                 if guarded { fs.protection.released(entry.ino) }
                 fs.protection.releasedPath(entry.ino, info!.pointee.fh)
-                fs.countClosed(entry.ino, fd)
-                close(fd)
+                fs.closeCounted(entry.ino, fd)
                 fs.closed(entry.ino)
             }
         }
@@ -262,8 +260,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         if DataProtection.isGuarded(info) { fileSystem(request).protection.released(ino) }
         fileSystem(request).protection.releasedPath(ino, info!.pointee.fh)
         Tagging.released(handle(info))
-        fileSystem(request).countClosed(ino, handle(info))
-        close(handle(info))
+        fileSystem(request).closeCounted(ino, handle(info))
         fileSystem(request).closed(ino)
         fuse_reply_err(request, 0)
     }
