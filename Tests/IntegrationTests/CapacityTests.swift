@@ -720,7 +720,7 @@ extension CapacityTests {
     /// (rewrites 8-10 failed and left the file empty; the wrong count survived unmount).
     /// Then 300 more, quickly: each close of the previous rewrite makes ext4 allocate the
     /// blocks it had reserved while the next truncating open measures the file, and a
-    /// measure caught between the two counted nothing freed (1 MiB too many in 1 of 40).
+    /// measure caught between the two counted nothing freed (about 1 rewrite in 50).
     @Test func truncatingOpensGiveTheirBlocksBack() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
