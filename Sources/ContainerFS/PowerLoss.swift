@@ -86,8 +86,10 @@ final class PowerLoss: @unchecked Sendable {
         var names: [[UInt8]: DurableName] = [:]
         /// Folders a rename joined to this one: synced together.
         var partners: Set<InodeKey> = []
-        /// Files renamed over a name here: their data becomes durable with the names.
-        var ordered: Set<InodeKey> = []
+        /// Files renamed over a name here: their data becomes durable with the names. Each
+        /// held by an `O_PATH` descriptor: removed meanwhile, a file would free its number
+        /// for a new file, whose data the fsync would then make durable instead.
+        var ordered: [InodeKey: Int32] = [:]
     }
 
     private struct State {
@@ -281,10 +283,20 @@ final class PowerLoss: @unchecked Sendable {
         }
     }
 
-    /// A regular file `moved` was renamed over a name of `folder`: its data becomes durable
-    /// when the rename does (ext4's `auto_da_alloc`).
-    func renamedOver(_ folder: InodeKey, _ moved: InodeKey) {
-        state.withLock { state in _ = state.folders[folder]?.ordered.insert(moved) }
+    /// A regular file `moved`, open at `fd` (`O_PATH`, which the record takes), is renamed
+    /// over a name of `folder`: its data becomes durable when the rename does (ext4's
+    /// `auto_da_alloc`). `EMFILE` when the records have no descriptor left for it.
+    func renamedOver(_ folder: InodeKey, _ moved: InodeKey, fd: Int32) throws(Errno) {
+        try state.withLock { (state) throws(Errno) in
+            guard state.folders[folder] != nil, state.folders[folder]?.ordered[moved] == nil else { close(fd); return }
+            if state.descriptors >= recordLimit { dropCleanRecords(&state) }
+            guard state.descriptors < recordLimit else {
+                close(fd)
+                throw Errno(EMFILE)
+            }
+            state.descriptors += 1
+            state.folders[folder]?.ordered[moved] = fd
+        }
     }
 
     /// Runs `sync`, an `fsync` of the file `key` (or a synchronous write to it), and if it
@@ -353,13 +365,15 @@ final class PowerLoss: @unchecked Sendable {
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
-            for moved in record.ordered { state.drop(moved, savedBytes: savedBytesFD) }
+            for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
+            state.descriptors -= record.ordered.count
             release(record)
         }
     }
 
     private func release(_ record: FolderRecord) {
         close(record.fd)
+        record.ordered.values.forEach { close($0) }
         for durable in record.names.values {
             switch durable {
             case .absent: break
@@ -616,14 +630,20 @@ extension FileSystem {
     private static let reportedRefusal = Atomic<Bool>(false)
 
     /// Before a rename of `name` in `from` to `newName` in `to`: a regular file renamed over
-    /// another gets its data durable with the rename (`auto_da_alloc`).
-    func recordRenameOver(_ from: Inode, _ name: UnsafePointer<CChar>, _ to: Inode, _ newName: UnsafePointer<CChar>) {
+    /// another gets its data durable with the rename (`auto_da_alloc`). Refused with `EIO`
+    /// when the record cannot hold the file.
+    func recordRenameOver(_ from: Inode, _ name: UnsafePointer<CChar>, _ to: Inode, _ newName: UnsafePointer<CChar>) throws(Errno) {
         guard let powerLoss else { return }
         var moving = stat(), replaced = stat()
-        guard (try? inodes.withDescriptor(from, { fd in fstatat(fd, name, &moving, AT_SYMLINK_NOFOLLOW) })) == 0,
-              (try? inodes.withDescriptor(to, { fd in fstatat(fd, newName, &replaced, AT_SYMLINK_NOFOLLOW) })) == 0,
-              moving.st_mode & S_IFMT == S_IFREG, replaced.st_mode & S_IFMT == S_IFREG else { return }
-        powerLoss.renamedOver(to.key, InodeKey(moving))
+        let fd = (try? inodes.withDescriptor(from) { fromFD in openat(fromFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }) ?? -1
+        guard fd >= 0 else { return }   // nothing there (the rename will say why)
+        guard fstat(fd, &moving) == 0, moving.st_mode & S_IFMT == S_IFREG,
+              (try? inodes.withDescriptor(to, { toFD in fstatat(toFD, newName, &replaced, AT_SYMLINK_NOFOLLOW) })) == 0,
+              replaced.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            return
+        }
+        do { try powerLoss.renamedOver(to.key, InodeKey(moving), fd: fd) } catch { throw Errno(EIO) }
     }
 
     /// `fsync`/`fdatasync` of the file `ino` open at `fd`: its data durable once it succeeded.
