@@ -408,6 +408,9 @@ final class PowerLoss: @unchecked Sendable {
         reserve = []
         return state.withLock { state in
             var report = PowerCutReport()
+            // 0. Folders the program closed to their owner are opened for the cut.
+            let unlocked = unlockFolders()
+            defer { unlocked.forEach { _ = clinux_fchmod_path_fd($0.fd, $0.mode); close($0.fd) } }
             // 1. Durable folders still present are moved aside, so that removing what is
             //    not durable cannot take them (with what is durable inside them).
             var held: [InodeKey: [UInt8]] = [:]
@@ -493,6 +496,25 @@ final class PowerLoss: @unchecked Sendable {
             removeContents(of: journalFD)
             return (report, changed)
         }
+    }
+
+    /// Gives a daemon that is not root (root may anyway) every right on every folder of the
+    /// store for the cut: their owner, the program, may have taken them away (mode 0555,
+    /// 000), and the cut must still put the folders' names back and walk into them. Returns
+    /// the folders changed, held by `O_PATH` descriptors wherever the cut moves them, with
+    /// the modes to put back.
+    private func unlockFolders() -> [(fd: Int32, mode: mode_t)] {
+        guard geteuid() != 0 else { return [] }
+        var unlocked: [(fd: Int32, mode: mode_t)] = []
+        Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
+            let mode = info.st_mode & 0o7777
+            guard info.st_mode & S_IFMT == S_IFDIR, mode & S_IRWXU != S_IRWXU else { return }
+            let fd = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            guard fd >= 0 else { return }
+            // Before the walk enters it: it enters the folder next.
+            if clinux_fchmod_path_fd(fd, mode | S_IRWXU) == 0 { unlocked.append((fd, mode)) } else { close(fd) }
+        }
+        return unlocked
     }
 
     /// A descriptor that writes the file open at `node` (`O_PATH`), whose status is `info`.
