@@ -269,6 +269,158 @@ struct PowerLossTests {
         }
     }
 
+    /// A seeded random program against a model of what a power failure must leave:
+    /// `python3 PROGRAM SEED OPERATIONS MODEL EXPECTED` writes, truncates, punches and zeroes
+    /// (fallocate), copies (copy_file_range), rewrites with `O_TRUNC` and `O_SYNC`, links,
+    /// renames (over recorded files, across folders), removes and makes files in two
+    /// folders, through fresh and long-open descriptors, with fsync and fdatasync of files and
+    /// folders between; it prints each operation and leaves as JSON each folder's durable
+    /// names and each file's durable bytes, which the store must hold exactly after the cut.
+    static let differentialProgram = #"""
+        import ctypes, json, os, random, sys
+        seed, ops, ext4, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == 'ext4', sys.argv[4]
+        rnd = random.Random(seed)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+        def data(n): return bytes(rnd.randrange(256) for _ in range(n))
+        def fsync_path(path):
+            fd = os.open(path, os.O_RDONLY); os.fsync(fd); os.close(fd)
+        class File:
+            def __init__(self): self.durable = b''
+        folders = ['d0', 'd1']
+        names = {}        # 'd0/f1' -> File, now
+        durable = {}      # folder -> {name: File}, as of its last fsync
+        ordered = {d: set() for d in folders}
+        partners = {d: set() for d in folders}
+        fds = {}          # descriptor -> File
+        for d in folders: os.mkdir(d)
+        for i in range(6):
+            f, path = File(), '%s/f%d' % (rnd.choice(folders), i)
+            f.durable = data(rnd.choice([0, 10, 4096, 9000]))
+            with open(path, 'wb') as h:
+                h.write(f.durable); h.flush(); os.fsync(h.fileno())
+            names[path] = f
+        for d in folders + ['.']: fsync_path(d)
+        for d in folders: durable[d] = {k.split('/')[1]: v for k, v in names.items() if k.startswith(d + '/')}
+        def current(f):
+            for k, v in names.items():
+                if v is f: return open(k, 'rb').read()
+            for fd, v in fds.items():
+                if v is f: return os.pread(fd, os.fstat(fd).st_size, 0)
+        def folder_synced(d):
+            todo, seen = (list(folders) if ext4 else [d]), set()
+            while todo:
+                x = todo.pop()
+                if x in seen: continue
+                seen.add(x); todo += partners[x]
+                durable[x] = {k.split('/')[1]: v for k, v in names.items() if k.startswith(x + '/')}
+                for f in ordered[x]: f.durable = current(f)
+                ordered[x], partners[x] = set(), set()
+        def file_synced(f):
+            f.durable = current(f)
+            if ext4: folder_synced(folders[0])
+        count = [6]
+        def new_name(d):
+            count[0] += 1
+            return '%s/n%d' % (d, count[0])
+        for step in range(ops):
+            kind = rnd.choice(['pwrite'] * 5 + ['truncate', 'truncate', 'fsync', 'fsync', 'fdatasync', 'osync', 'punch', 'zero',
+                               'keepsize', 'copy', 'otrunc', 'link', 'rename', 'rename', 'unlink', 'create', 'dirsync', 'dirsync', 'open', 'close'])
+            if not names and kind not in ('create', 'dirsync', 'close'): continue
+            name = rnd.choice(sorted(names)) if names else None
+            line = '%d %s %s' % (step, kind, name)
+            if kind in ('pwrite', 'truncate', 'fsync', 'fdatasync', 'punch', 'zero', 'keepsize'):
+                if fds and rnd.random() < 0.3:
+                    fd = rnd.choice(sorted(fds)); f, mine = fds[fd], False
+                    line += ' (fd %d)' % fd
+                else:
+                    fd, f, mine = os.open(name, os.O_RDWR), names[name], True
+                size = os.fstat(fd).st_size
+                if kind == 'pwrite':
+                    off, n = rnd.randrange(0, size + 9000), rnd.choice([1, 100, 4096, 5000])
+                    os.pwrite(fd, data(n), off); line += ' @%d +%d' % (off, n)
+                elif kind == 'truncate':
+                    new = rnd.choice([0, size // 2, size + rnd.randrange(1, 9000)])
+                    os.ftruncate(fd, new); line += ' to %d' % new
+                elif kind in ('fsync', 'fdatasync'):
+                    (os.fsync if kind == 'fsync' else os.fdatasync)(fd)
+                else:
+                    off, n = rnd.randrange(0, size + 3000), rnd.randrange(1, 9000)
+                    mode = {'punch': 0x03, 'zero': 0x10, 'keepsize': 0x01}[kind]
+                    assert libc.fallocate(fd, mode, off, n) == 0, ctypes.get_errno()
+                    line += ' @%d +%d' % (off, n)
+                if mine: os.close(fd)
+                if kind in ('fsync', 'fdatasync'): file_synced(f)
+            elif kind == 'osync':
+                fd = os.open(name, os.O_WRONLY | rnd.choice([os.O_SYNC, os.O_DSYNC]))
+                os.pwrite(fd, data(100), rnd.randrange(0, os.fstat(fd).st_size + 3000)); os.close(fd)
+                file_synced(names[name])
+            elif kind == 'copy':
+                target = rnd.choice(sorted(names))
+                if names[target] is names[name]: continue
+                source, sink = os.open(name, os.O_RDONLY), os.open(target, os.O_WRONLY)
+                offset = rnd.randrange(0, os.fstat(source).st_size + 1)
+                os.copy_file_range(source, sink, rnd.randrange(1, 20000), offset, rnd.randrange(0, os.fstat(sink).st_size + 5000))
+                os.close(source); os.close(sink); line += ' -> ' + target
+            elif kind == 'otrunc':
+                with open(name, 'wb') as h: h.write(data(rnd.choice([0, 10, 3000])))
+            elif kind in ('link', 'rename'):
+                folder = rnd.choice(folders)
+                others = [k for k in names if k.startswith(folder + '/') and names[k] is not names[name]]
+                target = rnd.choice(sorted(others)) if kind == 'rename' and others and rnd.random() < 0.5 else new_name(folder)
+                line += ' -> ' + target
+                if kind == 'link':
+                    os.link(name, target); names[target] = names[name]
+                else:
+                    over = target in names
+                    os.rename(name, target); names[target] = names.pop(name)
+                    if over: ordered[folder].add(names[target])
+                    source = name.split('/')[0]
+                    if source != folder: partners[source].add(folder); partners[folder].add(source)
+            elif kind == 'unlink':
+                os.unlink(name); del names[name]
+            elif kind == 'create':
+                f, target = File(), new_name(rnd.choice(folders))
+                with open(target, 'wb') as h:
+                    h.write(data(rnd.choice([0, 5, 4096])))
+                    if rnd.random() < 0.3:
+                        h.flush(); os.fsync(h.fileno()); names[target] = f; file_synced(f)
+                names[target] = f; line += ' ' + target
+            elif kind == 'dirsync':
+                folder = rnd.choice(folders); fsync_path(folder); folder_synced(folder); line += ' ' + folder
+            elif kind == 'open' and len(fds) < 4:
+                fd = os.open(name, os.O_RDWR); fds[fd] = names[name]; line += ' fd %d' % fd
+            elif kind == 'close' and fds:
+                fd = rnd.choice(sorted(fds)); os.close(fd); del fds[fd]; line += ' fd %d' % fd
+            print(line)
+        for fd in fds: os.close(fd)
+        json.dump({d: {k: v.durable.hex() for k, v in durable[d].items()} for d in folders}, open(out, 'w'))
+        """#
+
+    @Test(arguments: [(11 as UInt64, "posix"), (12, "posix"), (13, "posix"), (14, "ext4"), (15, "ext4")])
+    func aSeededRandomProgramLeavesExactlyTheDurableState(seed: UInt64, model: String) throws {
+        let container = try Self.container(["program.py": Self.differentialProgram])
+        defer { container.unmount() }
+        try container.mount(options: [model == "ext4" ? "power-loss=ext4" : "power-loss"])
+        let expected = container.base + "/expected.json"
+        let result = try runProgram(["python3", container.base + "/program.py", "\(seed)", "300", model, expected],
+                                    directory: container.mounted("Documents"))
+        try #require(result.status == 0, "seed \(seed): \(result)")
+        let report = try Self.cut(container)
+        let json = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: expected)))
+        let durable = try #require(json as? [String: [String: String]])
+        let hex = { (data: Data) in data.map { String(format: "%02x", $0) }.joined() }
+        for (folder, files) in durable.sorted(by: { $0.key < $1.key }) {
+            let names = try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents/" + folder)).sorted()
+            #expect(names == files.keys.sorted(), "seed \(seed), \(folder): \(report)\n\(result.stdout)")
+            for (name, bytes) in files.sorted(by: { $0.key < $1.key }) {
+                let stored = try? Data(contentsOf: URL(fileURLWithPath: container.stored("Documents/\(folder)/\(name)")))
+                let holdsTheDurableBytes = stored.map(hex) == bytes
+                #expect(holdsTheDurableBytes, "seed \(seed), \(folder)/\(name): \(stored?.count ?? -1) bytes, \(bytes.count / 2) durable; \(report)\n\(result.stdout)")
+            }
+        }
+    }
+
     // MARK: Launches: run --power-cut, --kill
 
     /// A store (not mounted: `run` mounts it), with `programs` written beside it.
