@@ -628,17 +628,22 @@ extension FileSystem {
         }, body)
     }
 
-    /// Saves what `change` alters of the durable data of the file `key`, open at `fd`. A
-    /// change that cannot be recorded is refused, with `ENOSPC` or `EDQUOT` as the disk
-    /// gave it, else with `EIO` (said once in the daemon's log): let through, the next cut
-    /// would leave a state no power failure could.
+    /// Saves what `change` alters of the durable data of the file `key`, open at `fd`.
     private func recordChange(_ key: InodeKey, _ fd: Int32, _ change: Durability.Change) throws(Errno) {
         guard let powerLoss else { return }
+        try recording { () throws(Errno) in try powerLoss.changing(key, fd: fd, change) }
+    }
+
+    /// Runs `record`, again after halving the node cache if descriptors ran out. A change
+    /// that cannot be recorded is refused, with `ENOSPC` or `EDQUOT` as the disk gave it,
+    /// else with `EIO` (said once in the daemon's log): let through, the next cut would
+    /// leave a state no power failure could.
+    private func recording(_ record: () throws(Errno) -> Void) throws(Errno) {
         var failure: Errno
-        do { return try powerLoss.changing(key, fd: fd, change) } catch { failure = error }
+        do { return try record() } catch { failure = error }
         if failure.code == EMFILE || failure.code == ENFILE {
             inodes.shrink()
-            do { return try powerLoss.changing(key, fd: fd, change) } catch { failure = error }
+            do { return try record() } catch { failure = error }
         }
         if failure.code == ENOSPC || failure.code == EDQUOT { throw failure }
         if !Self.reportedRefusal.exchange(true, ordering: .relaxed) {
@@ -652,20 +657,25 @@ extension FileSystem {
     private static let reportedRefusal = Atomic<Bool>(false)
 
     /// Before a rename of `name` in `from` to `newName` in `to`: a regular file renamed over
-    /// another gets its data durable with the rename (`auto_da_alloc`). Refused with `EIO`
-    /// when the record cannot hold the file.
+    /// another gets its data durable with the rename (`auto_da_alloc`), and its record holds
+    /// it by a descriptor; refused as any change that cannot be recorded.
     func recordRenameOver(_ from: Inode, _ name: UnsafePointer<CChar>, _ to: Inode, _ newName: UnsafePointer<CChar>) throws(Errno) {
         guard let powerLoss else { return }
-        var moving = stat(), replaced = stat()
-        let fd = (try? inodes.withDescriptor(from) { fromFD in openat(fromFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }) ?? -1
-        guard fd >= 0 else { return }   // nothing there (the rename will say why)
-        guard fstat(fd, &moving) == 0, moving.st_mode & S_IFMT == S_IFREG,
-              (try? inodes.withDescriptor(to, { toFD in fstatat(toFD, newName, &replaced, AT_SYMLINK_NOFOLLOW) })) == 0,
-              replaced.st_mode & S_IFMT == S_IFREG else {
-            close(fd)
-            return
+        try recording { () throws(Errno) in
+            let fd = try inodes.withDescriptor(from) { fromFD in openat(fromFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+            guard fd >= 0 else {
+                if errno == ENOENT { return }   // nothing there: the rename will say so
+                throw Errno.current
+            }
+            var moving = stat(), replaced = stat()
+            guard fstat(fd, &moving) == 0, moving.st_mode & S_IFMT == S_IFREG,
+                  (try? inodes.withDescriptor(to, { toFD in fstatat(toFD, newName, &replaced, AT_SYMLINK_NOFOLLOW) })) == 0,
+                  replaced.st_mode & S_IFMT == S_IFREG else {
+                close(fd)
+                return
+            }
+            try powerLoss.renamedOver(to.key, InodeKey(moving), fd: fd)
         }
-        do { try powerLoss.renamedOver(to.key, InodeKey(moving), fd: fd) } catch { throw Errno(EIO) }
     }
 
     /// `fsync`/`fdatasync` of the file `ino` open at `fd`: its data durable once it succeeded.
