@@ -424,9 +424,10 @@ final class PowerLoss: @unchecked Sendable {
             }
             // 2. Each folder's names as they were durable, parents before the folders they
             //    remake: a folder removed and not durably so is made again, empty, then its
-            //    own durable names go back into it.
-            var remade: [InodeKey: Int32] = [:]
-            defer { remade.values.forEach { close($0) } }
+            //    own durable names go back into it; it gets its mode after, which may not let
+            //    its owner (a daemon that is not root) write in it.
+            var remade: [InodeKey: (fd: Int32, mode: mode_t)] = [:]
+            defer { remade.values.forEach { _ = clinux_fchmod_path_fd($0.fd, $0.mode); close($0.fd) } }
             var pending = Array(state.folders)
             var progress = true
             while progress, !pending.isEmpty {
@@ -434,7 +435,7 @@ final class PowerLoss: @unchecked Sendable {
                 for (index, (key, record)) in pending.enumerated().reversed() {
                     var info = stat()
                     let alive = fstat(record.fd, &info) == 0 && info.st_nlink > 0
-                    guard let folderFD = alive ? record.fd : remade[key] else { continue }
+                    guard let folderFD = alive ? record.fd : remade[key]?.fd else { continue }
                     pending.remove(at: index)
                     progress = true
                     for (name, durable) in record.names.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
@@ -548,7 +549,7 @@ final class PowerLoss: @unchecked Sendable {
 
     /// Puts `name` in the folder `folderFD` back as it was durable; true if that changed it.
     private func restore(_ name: [UInt8], _ durable: DurableName, in folderFD: Int32, held: [InodeKey: [UInt8]],
-                         remade: inout [InodeKey: Int32]) -> Bool {
+                         remade: inout [InodeKey: (fd: Int32, mode: mode_t)]) -> Bool {
         var info = stat()
         let present = withCName(name) { fstatat(folderFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
         switch durable {
@@ -565,12 +566,12 @@ final class PowerLoss: @unchecked Sendable {
         case .folder(_, let key, let mode, let uid, let gid):
             if let aside = held[key] {
                 _ = withCName(aside) { source in withCName(name) { renameat(journalFD, source, folderFD, $0) } }
-            } else if withCName(name, { mkdirat(folderFD, $0, mode) }) == 0 {
+            } else if withCName(name, { mkdirat(folderFD, $0, S_IRWXU) }) == 0 {
                 let fd = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
                 if fd >= 0 {
                     _ = fchownat(fd, "", uid, gid, clinux_AT_EMPTY_PATH)
-                    _ = clinux_fchmod_path_fd(fd, mode)
-                    remade[key] = fd
+                    _ = clinux_fchmod_path_fd(fd, S_IRWXU)
+                    remade[key] = (fd, mode)   // its mode once its names are back
                 }
             }
         }

@@ -296,6 +296,44 @@ extension UserTests {
     }
 }
 
+extension UserTests {
+    /// A durable read-only folder (0555) renamed, then emptied and removed: the cut makes it
+    /// again and must put its durable file back in it before giving it its mode, which an
+    /// ordinary user's daemon could not do after.
+    @Test func aReadOnlyFolderTheCutMakesAgainGetsItsFilesBack() throws {
+        try requireUsers()
+        let container = try MountedContainer(user: Self.alice)
+        defer {
+            if mountInfoLine(container.mountpoint) != nil { _ = try? containerfs(["unmount", container.mountpoint], user: Self.alice) }
+            if mountInfoLine(container.mountpoint) != nil { _ = try? runProgram(["fusermount3", "-uz", container.mountpoint]) }
+        }
+        let mounted = try containerfs(["mount", "-o", "power-loss", container.store, container.mountpoint], user: Self.alice)
+        try #require(mounted.status == 0, "mount as alice: \(mounted)")
+        let script = #"""
+            import os, sys
+            d = sys.argv[1] + "/Documents"
+            def sync(path):
+                fd = os.open(path, os.O_RDONLY); os.fsync(fd); os.close(fd)
+            os.mkdir(f"{d}/kept")
+            with open(f"{d}/kept/file", "w") as f: f.write("durable")
+            for path in ["kept/file", "kept"]: sync(f"{d}/{path}")
+            os.chmod(f"{d}/kept", 0o555)
+            sync(d)
+            os.rename(f"{d}/kept", f"{d}/moved")
+            os.chmod(f"{d}/moved", 0o755)
+            os.unlink(f"{d}/moved/file")
+            os.rmdir(f"{d}/moved")
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint], user: Self.alice, directory: "/")
+        #expect(result.status == 0, "\(result)")
+        let cut = try containerfs(["power-cut", container.store], user: Self.alice)
+        #expect(cut.status == 0, "\(cut)")
+        #expect((try? String(contentsOfFile: container.stored("Documents/kept/file"), encoding: .utf8)) == "durable")
+        var info = stat()
+        #expect(lstat(container.stored("Documents/kept"), &info) == 0 && info.st_mode & 0o7777 == 0o555, "\(String(info.st_mode & 0o7777, radix: 8))")
+    }
+}
+
 /// Lets everyone reach the mount point's parent folder (mkdtemp made it 0700), so that
 /// what stops another user is the mount itself; checks that it does reach.
 private func openToEveryone(_ container: MountedContainer) throws {
