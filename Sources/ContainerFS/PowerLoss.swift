@@ -29,8 +29,8 @@ final class PowerLoss: @unchecked Sendable {
     /// An unnamed file of the journal folder: the durable bytes that changes overwrote,
     /// each file's pieces one after the other.
     private let savedBytesFD: Int32
-    /// Records holding a descriptor at most: half the daemon's descriptors, so that opening
-    /// files still works when a program changes more files between two syncs than that.
+    /// Descriptors the records hold at most (files', folders'): half the daemon's, so that
+    /// opening files still works when a program changes more between two syncs than that.
     private let recordLimit: Int
     /// The store's root, which the cut walks for files with no descriptor.
     private let rootFD: Int32
@@ -86,6 +86,12 @@ final class PowerLoss: @unchecked Sendable {
         var names: [[UInt8]: DurableName] = [:]
         /// Folders a rename joined to this one: synced together.
         var partners: Set<InodeKey> = []
+        /// The descriptors it holds: its own, its removed folders', its renamed files'.
+        var descriptors: Int {
+            1 + ordered.count + names.values.reduce(0) { count, durable in
+                if case .folder = durable { count + 1 } else { count }
+            }
+        }
         /// Files renamed over a name here: their data becomes durable with the names. Each
         /// held by an `O_PATH` descriptor: removed meanwhile, a file would free its number
         /// for a new file, whose data the fsync would then make durable instead.
@@ -97,7 +103,7 @@ final class PowerLoss: @unchecked Sendable {
         var folders: [InodeKey: FolderRecord] = [:]
         var links = 0
         var cleanCount = 0
-        /// Records holding a descriptor.
+        /// Descriptors the records hold.
         var descriptors = 0
         /// The end of the saved-bytes file, where the next piece goes.
         var savedEnd: Int64 = 0
@@ -199,8 +205,7 @@ final class PowerLoss: @unchecked Sendable {
         var info = stat()
         try sys { fstat(fd, &info) }
         if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0) }
-        if state.descriptors >= recordLimit { dropCleanRecords(&state) }
-        guard state.descriptors < recordLimit else { throw Errno(EMFILE) }
+        try roomForDescriptor(&state)
         var node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         if node < 0, errno == EMFILE || errno == ENFILE {
             dropCleanRecords(&state)
@@ -209,6 +214,13 @@ final class PowerLoss: @unchecked Sendable {
         guard node >= 0 else { throw Errno.current }
         state.descriptors += 1
         return FileRecord(node: node, durableSize: Int64(info.st_size))
+    }
+
+    /// Room for one more record descriptor within the limit, made by dropping the records of
+    /// synced files if need be; `EMFILE` if there is none.
+    private func roomForDescriptor(_ state: inout State) throws(Errno) {
+        if state.descriptors >= recordLimit { dropCleanRecords(&state) }
+        guard state.descriptors < recordLimit else { throw Errno(EMFILE) }
     }
 
     /// The records of synced files are only kept in case they change again.
@@ -249,8 +261,10 @@ final class PowerLoss: @unchecked Sendable {
     func naming(_ folderKey: InodeKey, folderFD: Int32, _ name: [UInt8]) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
             if state.folders[folderKey] == nil {
+                try roomForDescriptor(&state)
                 let fd = clinux_reopen(folderFD, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { throw Errno.current }
+                state.descriptors += 1
                 state.folders[folderKey] = FolderRecord(fd: fd)
             }
             guard var record = state.folders[folderKey], record.names[name] == nil else { return }
@@ -259,8 +273,10 @@ final class PowerLoss: @unchecked Sendable {
                 guard errno == ENOENT else { throw Errno.current }
                 record.names[name] = .absent
             } else if info.st_mode & S_IFMT == S_IFDIR {
+                try roomForDescriptor(&state)
                 let fd = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
                 guard fd >= 0 else { throw Errno.current }
+                state.descriptors += 1
                 record.names[name] = .folder(fd: fd, key: InodeKey(info), mode: info.st_mode & 0o7777, uid: info.st_uid, gid: info.st_gid)
             } else {
                 state.links += 1
@@ -289,10 +305,9 @@ final class PowerLoss: @unchecked Sendable {
     func renamedOver(_ folder: InodeKey, _ moved: InodeKey, fd: Int32) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
             guard state.folders[folder] != nil, state.folders[folder]?.ordered[moved] == nil else { close(fd); return }
-            if state.descriptors >= recordLimit { dropCleanRecords(&state) }
-            guard state.descriptors < recordLimit else {
+            do throws(Errno) { try roomForDescriptor(&state) } catch {
                 close(fd)
-                throw Errno(EMFILE)
+                throw error
             }
             state.descriptors += 1
             state.folders[folder]?.ordered[moved] = fd
@@ -366,7 +381,7 @@ final class PowerLoss: @unchecked Sendable {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
             for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
-            state.descriptors -= record.ordered.count
+            state.descriptors -= record.descriptors
             release(record)
         }
     }
@@ -607,10 +622,12 @@ extension FileSystem {
                           _ extra: () throws(Errno) -> Void = {}, _ body: () throws(Errno) -> R) throws(Errno) -> R {
         guard let powerLoss else { return try body() }
         return try powerLoss.change({ () throws(Errno) in
-            try inodes.withDescriptor(folder) { fd throws(Errno) in try powerLoss.naming(folder.key, folderFD: fd, name) }
-            if let (otherFolder, otherName) = other {
-                try inodes.withDescriptor(otherFolder) { fd throws(Errno) in try powerLoss.naming(otherFolder.key, folderFD: fd, otherName) }
-                powerLoss.joined(folder.key, otherFolder.key)
+            try recording { () throws(Errno) in
+                try inodes.withDescriptor(folder) { fd throws(Errno) in try powerLoss.naming(folder.key, folderFD: fd, name) }
+                if let (otherFolder, otherName) = other {
+                    try inodes.withDescriptor(otherFolder) { fd throws(Errno) in try powerLoss.naming(otherFolder.key, folderFD: fd, otherName) }
+                    powerLoss.joined(folder.key, otherFolder.key)
+                }
             }
             try extra()
         }, body)
