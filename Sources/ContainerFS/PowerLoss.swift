@@ -459,6 +459,9 @@ final class PowerLoss: @unchecked Sendable {
                     changed.append(.names(folder: key, Array(record.names.keys)))
                 }
             }
+            // The names are back: the folders' records let go of their descriptors, which the
+            // walk below needs.
+            for record in state.folders.values { release(record) }
             // 3. Each file's data as it was durable, wherever its names are now.
             var unplaced = Set<InodeKey>()
             for (key, record) in state.files where !record.clean {
@@ -506,7 +509,6 @@ final class PowerLoss: @unchecked Sendable {
                     report.bytes += Int64(info.st_size)
                 }
             }
-            for record in state.folders.values { release(record) }
             state = State()
             _ = ftruncate(savedBytesFD, 0)
             removeContents(of: journalFD)
