@@ -682,10 +682,15 @@ extension FileSystem {
     func recordRenameOver(_ from: Inode, _ name: UnsafePointer<CChar>, _ to: Inode, _ newName: UnsafePointer<CChar>) throws(Errno) {
         guard let powerLoss else { return }
         try recording { () throws(Errno) in
-            let fd = try inodes.withDescriptor(from) { fromFD in openat(fromFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+            let fd = try inodes.withDescriptor(from) { fromFD in
+                let fd = openat(fromFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                return fd >= 0 ? fd : -errno
+            }
             guard fd >= 0 else {
-                if errno == ENOENT { return }   // nothing there: the rename will say so
-                throw Errno.current
+                // Out of descriptors: tried again, else refused; nothing there (or no way
+                // there): the rename will say why.
+                if -fd == EMFILE || -fd == ENFILE { throw Errno(-fd) }
+                return
             }
             var moving = stat(), replaced = stat()
             guard fstat(fd, &moving) == 0, moving.st_mode & S_IFMT == S_IFREG,
