@@ -179,7 +179,9 @@ final class PowerLoss: @unchecked Sendable {
     func changing(_ key: InodeKey, fd: Int32, _ change: Durability.Change) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
             var record: FileRecord
-            if let existing = state.files[key] { record = existing } else { record = try startRecord(fd, &state) }
+            // Taken out while it changes: a copy left in the table would make each change
+            // copy all its saved ranges and pieces (quadratic in the writes between syncs).
+            if let existing = state.files.removeValue(forKey: key) { record = existing } else { record = try startRecord(fd, &state) }
             defer { state.files[key] = record }
             if record.clean {
                 record.clean = false
