@@ -269,7 +269,10 @@ final class PowerLoss: @unchecked Sendable {
                 state.descriptors += 1
                 state.folders[folderKey] = FolderRecord(fd: fd)
             }
-            guard var record = state.folders[folderKey], record.names[name] == nil else { return }
+            // Taken out while it changes, as a file's record is.
+            guard var record = state.folders.removeValue(forKey: folderKey) else { return }
+            defer { state.folders[folderKey] = record }
+            guard record.names[name] == nil else { return }
             var info = stat()
             if withCName(name, { fstatat(folderFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) != 0 {
                 guard errno == ENOENT else { throw Errno.current }
@@ -288,7 +291,6 @@ final class PowerLoss: @unchecked Sendable {
                 }
                 record.names[name] = .node(link: link, key: InodeKey(info))
             }
-            state.folders[folderKey] = record
         }
     }
 
