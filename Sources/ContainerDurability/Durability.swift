@@ -117,11 +117,12 @@ public struct ByteRanges: Equatable, Sendable {
         guard !range.isEmpty else { return [] }
         var result: [Range<Int64>] = []
         var start = range.lowerBound
-        for saved in ranges where saved.upperBound > start {
-            if saved.lowerBound >= range.upperBound { break }
-            if saved.lowerBound > start { result.append(start..<saved.lowerBound) }
-            start = max(start, saved.upperBound)
+        var index = firstIndex { $0.upperBound > start }
+        while index < ranges.count, ranges[index].lowerBound < range.upperBound {
+            if ranges[index].lowerBound > start { result.append(start..<ranges[index].lowerBound) }
+            start = max(start, ranges[index].upperBound)
             if start >= range.upperBound { return result }
+            index += 1
         }
         if start < range.upperBound { result.append(start..<range.upperBound) }
         return result
@@ -130,23 +131,29 @@ public struct ByteRanges: Equatable, Sendable {
     /// Adds `range`, merging it with the ranges it overlaps or touches.
     public mutating func insert(_ range: Range<Int64>) {
         guard !range.isEmpty else { return }
+        // The ranges it merges with: from the first ending where it starts, or after.
+        let first = firstIndex { $0.upperBound >= range.lowerBound }
         var lower = range.lowerBound, upper = range.upperBound
-        var kept: [Range<Int64>] = []
-        kept.reserveCapacity(ranges.count + 1)
-        var placed = false
-        for saved in ranges {
-            if saved.upperBound < lower {
-                kept.append(saved)
-            } else if saved.lowerBound > upper {
-                if !placed { kept.append(lower..<upper); placed = true }
-                kept.append(saved)
-            } else {
-                lower = min(lower, saved.lowerBound)
-                upper = max(upper, saved.upperBound)
-            }
+        var end = first
+        while end < ranges.count, ranges[end].lowerBound <= upper {
+            lower = min(lower, ranges[end].lowerBound)
+            upper = max(upper, ranges[end].upperBound)
+            end += 1
         }
-        if !placed { kept.append(lower..<upper) }
-        ranges = kept
+        ranges.replaceSubrange(first..<end, with: CollectionOfOne(lower..<upper))
+    }
+
+    /// The index of the first range `isPast` holds for (false for a first part of the
+    /// ranges, true for the rest), by a binary search: a database rewriting every other page
+    /// between two syncs saves thousands of ranges, and a walk through them all for each
+    /// save made the daemon quadratic.
+    private func firstIndex(where isPast: (Range<Int64>) -> Bool) -> Int {
+        var low = 0, high = ranges.count
+        while low < high {
+            let middle = low + (high - low) / 2
+            if isPast(ranges[middle]) { high = middle } else { low = middle + 1 }
+        }
+        return low
     }
 }
 

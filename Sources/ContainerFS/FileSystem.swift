@@ -352,7 +352,7 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        try trackingNames(from, fromName, (to, toName), { if !exchange { recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
+        try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
             if exchange {
                 try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
             } else {

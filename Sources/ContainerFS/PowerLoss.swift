@@ -29,8 +29,8 @@ final class PowerLoss: @unchecked Sendable {
     /// An unnamed file of the journal folder: the durable bytes that changes overwrote,
     /// each file's pieces one after the other.
     private let savedBytesFD: Int32
-    /// Records holding a descriptor at most: half the daemon's descriptors, so that opening
-    /// files still works when a program changes more files between two syncs than that.
+    /// Descriptors the records hold at most (files', folders'): half the daemon's, so that
+    /// opening files still works when a program changes more between two syncs than that.
     private let recordLimit: Int
     /// The store's root, which the cut walks for files with no descriptor.
     private let rootFD: Int32
@@ -86,8 +86,16 @@ final class PowerLoss: @unchecked Sendable {
         var names: [[UInt8]: DurableName] = [:]
         /// Folders a rename joined to this one: synced together.
         var partners: Set<InodeKey> = []
-        /// Files renamed over a name here: their data becomes durable with the names.
-        var ordered: Set<InodeKey> = []
+        /// The descriptors it holds: its own, its removed folders', its renamed files'.
+        var descriptors: Int {
+            1 + ordered.count + names.values.reduce(0) { count, durable in
+                if case .folder = durable { count + 1 } else { count }
+            }
+        }
+        /// Files renamed over a name here: their data becomes durable with the names. Each
+        /// held by an `O_PATH` descriptor: removed meanwhile, a file would free its number
+        /// for a new file, whose data the fsync would then make durable instead.
+        var ordered: [InodeKey: Int32] = [:]
     }
 
     private struct State {
@@ -95,7 +103,7 @@ final class PowerLoss: @unchecked Sendable {
         var folders: [InodeKey: FolderRecord] = [:]
         var links = 0
         var cleanCount = 0
-        /// Records holding a descriptor.
+        /// Descriptors the records hold.
         var descriptors = 0
         /// The end of the saved-bytes file, where the next piece goes.
         var savedEnd: Int64 = 0
@@ -171,7 +179,9 @@ final class PowerLoss: @unchecked Sendable {
     func changing(_ key: InodeKey, fd: Int32, _ change: Durability.Change) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
             var record: FileRecord
-            if let existing = state.files[key] { record = existing } else { record = try startRecord(fd, &state) }
+            // Taken out while it changes: a copy left in the table would make each change
+            // copy all its saved ranges and pieces (quadratic in the writes between syncs).
+            if let existing = state.files.removeValue(forKey: key) { record = existing } else { record = try startRecord(fd, &state) }
             defer { state.files[key] = record }
             if record.clean {
                 record.clean = false
@@ -197,8 +207,7 @@ final class PowerLoss: @unchecked Sendable {
         var info = stat()
         try sys { fstat(fd, &info) }
         if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0) }
-        if state.descriptors >= recordLimit { dropCleanRecords(&state) }
-        guard state.descriptors < recordLimit else { throw Errno(EMFILE) }
+        try roomForDescriptor(&state)
         var node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         if node < 0, errno == EMFILE || errno == ENFILE {
             dropCleanRecords(&state)
@@ -207,6 +216,13 @@ final class PowerLoss: @unchecked Sendable {
         guard node >= 0 else { throw Errno.current }
         state.descriptors += 1
         return FileRecord(node: node, durableSize: Int64(info.st_size))
+    }
+
+    /// Room for one more record descriptor within the limit, made by dropping the records of
+    /// synced files if need be; `EMFILE` if there is none.
+    private func roomForDescriptor(_ state: inout State) throws(Errno) {
+        if state.descriptors >= recordLimit { dropCleanRecords(&state) }
+        guard state.descriptors < recordLimit else { throw Errno(EMFILE) }
     }
 
     /// The records of synced files are only kept in case they change again.
@@ -247,18 +263,25 @@ final class PowerLoss: @unchecked Sendable {
     func naming(_ folderKey: InodeKey, folderFD: Int32, _ name: [UInt8]) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
             if state.folders[folderKey] == nil {
+                try roomForDescriptor(&state)
                 let fd = clinux_reopen(folderFD, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { throw Errno.current }
+                state.descriptors += 1
                 state.folders[folderKey] = FolderRecord(fd: fd)
             }
-            guard var record = state.folders[folderKey], record.names[name] == nil else { return }
+            // Taken out while it changes, as a file's record is.
+            guard var record = state.folders.removeValue(forKey: folderKey) else { return }
+            defer { state.folders[folderKey] = record }
+            guard record.names[name] == nil else { return }
             var info = stat()
             if withCName(name, { fstatat(folderFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) != 0 {
                 guard errno == ENOENT else { throw Errno.current }
                 record.names[name] = .absent
             } else if info.st_mode & S_IFMT == S_IFDIR {
+                try roomForDescriptor(&state)
                 let fd = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
                 guard fd >= 0 else { throw Errno.current }
+                state.descriptors += 1
                 record.names[name] = .folder(fd: fd, key: InodeKey(info), mode: info.st_mode & 0o7777, uid: info.st_uid, gid: info.st_gid)
             } else {
                 state.links += 1
@@ -268,7 +291,6 @@ final class PowerLoss: @unchecked Sendable {
                 }
                 record.names[name] = .node(link: link, key: InodeKey(info))
             }
-            state.folders[folderKey] = record
         }
     }
 
@@ -281,10 +303,19 @@ final class PowerLoss: @unchecked Sendable {
         }
     }
 
-    /// A regular file `moved` was renamed over a name of `folder`: its data becomes durable
-    /// when the rename does (ext4's `auto_da_alloc`).
-    func renamedOver(_ folder: InodeKey, _ moved: InodeKey) {
-        state.withLock { state in _ = state.folders[folder]?.ordered.insert(moved) }
+    /// A regular file `moved`, open at `fd` (`O_PATH`, which the record takes), is renamed
+    /// over a name of `folder`: its data becomes durable when the rename does (ext4's
+    /// `auto_da_alloc`). `EMFILE` when the records have no descriptor left for it.
+    func renamedOver(_ folder: InodeKey, _ moved: InodeKey, fd: Int32) throws(Errno) {
+        try state.withLock { (state) throws(Errno) in
+            guard state.folders[folder] != nil, state.folders[folder]?.ordered[moved] == nil else { close(fd); return }
+            do throws(Errno) { try roomForDescriptor(&state) } catch {
+                close(fd)
+                throw error
+            }
+            state.descriptors += 1
+            state.folders[folder]?.ordered[moved] = fd
+        }
     }
 
     /// Runs `sync`, an `fsync` of the file `key` (or a synchronous write to it), and if it
@@ -353,13 +384,15 @@ final class PowerLoss: @unchecked Sendable {
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
-            for moved in record.ordered { state.drop(moved, savedBytes: savedBytesFD) }
+            for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
+            state.descriptors -= record.descriptors
             release(record)
         }
     }
 
     private func release(_ record: FolderRecord) {
         close(record.fd)
+        record.ordered.values.forEach { close($0) }
         for durable in record.names.values {
             switch durable {
             case .absent: break
@@ -394,6 +427,9 @@ final class PowerLoss: @unchecked Sendable {
         reserve = []
         return state.withLock { state in
             var report = PowerCutReport()
+            // 0. Folders the program closed to their owner are opened for the cut.
+            let unlocked = unlockFolders()
+            defer { unlocked.forEach { _ = clinux_fchmod_path_fd($0.fd, $0.mode); close($0.fd) } }
             // 1. Durable folders still present are moved aside, so that removing what is
             //    not durable cannot take them (with what is durable inside them).
             var held: [InodeKey: [UInt8]] = [:]
@@ -407,9 +443,10 @@ final class PowerLoss: @unchecked Sendable {
             }
             // 2. Each folder's names as they were durable, parents before the folders they
             //    remake: a folder removed and not durably so is made again, empty, then its
-            //    own durable names go back into it.
-            var remade: [InodeKey: Int32] = [:]
-            defer { remade.values.forEach { close($0) } }
+            //    own durable names go back into it; it gets its mode after, which may not let
+            //    its owner (a daemon that is not root) write in it.
+            var remade: [InodeKey: (fd: Int32, mode: mode_t)] = [:]
+            defer { remade.values.forEach { _ = clinux_fchmod_path_fd($0.fd, $0.mode); close($0.fd) } }
             var pending = Array(state.folders)
             var progress = true
             while progress, !pending.isEmpty {
@@ -417,7 +454,7 @@ final class PowerLoss: @unchecked Sendable {
                 for (index, (key, record)) in pending.enumerated().reversed() {
                     var info = stat()
                     let alive = fstat(record.fd, &info) == 0 && info.st_nlink > 0
-                    guard let folderFD = alive ? record.fd : remade[key] else { continue }
+                    guard let folderFD = alive ? record.fd : remade[key]?.fd else { continue }
                     pending.remove(at: index)
                     progress = true
                     for (name, durable) in record.names.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
@@ -426,6 +463,9 @@ final class PowerLoss: @unchecked Sendable {
                     changed.append(.names(folder: key, Array(record.names.keys)))
                 }
             }
+            // The names are back: the folders' records let go of their descriptors, which the
+            // walk below needs.
+            for record in state.folders.values { release(record) }
             // 3. Each file's data as it was durable, wherever its names are now.
             var unplaced = Set<InodeKey>()
             for (key, record) in state.files where !record.clean {
@@ -473,12 +513,30 @@ final class PowerLoss: @unchecked Sendable {
                     report.bytes += Int64(info.st_size)
                 }
             }
-            for record in state.folders.values { release(record) }
             state = State()
             _ = ftruncate(savedBytesFD, 0)
             removeContents(of: journalFD)
             return (report, changed)
         }
+    }
+
+    /// Gives a daemon that is not root (root may anyway) every right on every folder of the
+    /// store for the cut: their owner, the program, may have taken them away (mode 0555,
+    /// 000), and the cut must still put the folders' names back and walk into them. Returns
+    /// the folders changed, held by `O_PATH` descriptors wherever the cut moves them, with
+    /// the modes to put back.
+    private func unlockFolders() -> [(fd: Int32, mode: mode_t)] {
+        guard geteuid() != 0 else { return [] }
+        var unlocked: [(fd: Int32, mode: mode_t)] = []
+        Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
+            let mode = info.st_mode & 0o7777
+            guard info.st_mode & S_IFMT == S_IFDIR, mode & S_IRWXU != S_IRWXU else { return }
+            let fd = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            guard fd >= 0 else { return }
+            // Before the walk enters it: it enters the folder next.
+            if clinux_fchmod_path_fd(fd, mode | S_IRWXU) == 0 { unlocked.append((fd, mode)) } else { close(fd) }
+        }
+        return unlocked
     }
 
     /// A descriptor that writes the file open at `node` (`O_PATH`), whose status is `info`.
@@ -512,7 +570,7 @@ final class PowerLoss: @unchecked Sendable {
 
     /// Puts `name` in the folder `folderFD` back as it was durable; true if that changed it.
     private func restore(_ name: [UInt8], _ durable: DurableName, in folderFD: Int32, held: [InodeKey: [UInt8]],
-                         remade: inout [InodeKey: Int32]) -> Bool {
+                         remade: inout [InodeKey: (fd: Int32, mode: mode_t)]) -> Bool {
         var info = stat()
         let present = withCName(name) { fstatat(folderFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
         switch durable {
@@ -529,12 +587,12 @@ final class PowerLoss: @unchecked Sendable {
         case .folder(_, let key, let mode, let uid, let gid):
             if let aside = held[key] {
                 _ = withCName(aside) { source in withCName(name) { renameat(journalFD, source, folderFD, $0) } }
-            } else if withCName(name, { mkdirat(folderFD, $0, mode) }) == 0 {
+            } else if withCName(name, { mkdirat(folderFD, $0, S_IRWXU) }) == 0 {
                 let fd = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
                 if fd >= 0 {
                     _ = fchownat(fd, "", uid, gid, clinux_AT_EMPTY_PATH)
-                    _ = clinux_fchmod_path_fd(fd, mode)
-                    remade[key] = fd
+                    _ = clinux_fchmod_path_fd(fd, S_IRWXU)
+                    remade[key] = (fd, mode)   // its mode once its names are back
                 }
             }
         }
@@ -570,10 +628,12 @@ extension FileSystem {
                           _ extra: () throws(Errno) -> Void = {}, _ body: () throws(Errno) -> R) throws(Errno) -> R {
         guard let powerLoss else { return try body() }
         return try powerLoss.change({ () throws(Errno) in
-            try inodes.withDescriptor(folder) { fd throws(Errno) in try powerLoss.naming(folder.key, folderFD: fd, name) }
-            if let (otherFolder, otherName) = other {
-                try inodes.withDescriptor(otherFolder) { fd throws(Errno) in try powerLoss.naming(otherFolder.key, folderFD: fd, otherName) }
-                powerLoss.joined(folder.key, otherFolder.key)
+            try recording { () throws(Errno) in
+                try inodes.withDescriptor(folder) { fd throws(Errno) in try powerLoss.naming(folder.key, folderFD: fd, name) }
+                if let (otherFolder, otherName) = other {
+                    try inodes.withDescriptor(otherFolder) { fd throws(Errno) in try powerLoss.naming(otherFolder.key, folderFD: fd, otherName) }
+                    powerLoss.joined(folder.key, otherFolder.key)
+                }
             }
             try extra()
         }, body)
@@ -592,17 +652,22 @@ extension FileSystem {
         }, body)
     }
 
-    /// Saves what `change` alters of the durable data of the file `key`, open at `fd`. A
-    /// change that cannot be recorded is refused, with `ENOSPC` or `EDQUOT` as the disk
-    /// gave it, else with `EIO` (said once in the daemon's log): let through, the next cut
-    /// would leave a state no power failure could.
+    /// Saves what `change` alters of the durable data of the file `key`, open at `fd`.
     private func recordChange(_ key: InodeKey, _ fd: Int32, _ change: Durability.Change) throws(Errno) {
         guard let powerLoss else { return }
+        try recording { () throws(Errno) in try powerLoss.changing(key, fd: fd, change) }
+    }
+
+    /// Runs `record`, again after halving the node cache if descriptors ran out. A change
+    /// that cannot be recorded is refused, with `ENOSPC` or `EDQUOT` as the disk gave it,
+    /// else with `EIO` (said once in the daemon's log): let through, the next cut would
+    /// leave a state no power failure could.
+    private func recording(_ record: () throws(Errno) -> Void) throws(Errno) {
         var failure: Errno
-        do { return try powerLoss.changing(key, fd: fd, change) } catch { failure = error }
+        do { return try record() } catch { failure = error }
         if failure.code == EMFILE || failure.code == ENFILE {
             inodes.shrink()
-            do { return try powerLoss.changing(key, fd: fd, change) } catch { failure = error }
+            do { return try record() } catch { failure = error }
         }
         if failure.code == ENOSPC || failure.code == EDQUOT { throw failure }
         if !Self.reportedRefusal.exchange(true, ordering: .relaxed) {
@@ -616,14 +681,30 @@ extension FileSystem {
     private static let reportedRefusal = Atomic<Bool>(false)
 
     /// Before a rename of `name` in `from` to `newName` in `to`: a regular file renamed over
-    /// another gets its data durable with the rename (`auto_da_alloc`).
-    func recordRenameOver(_ from: Inode, _ name: UnsafePointer<CChar>, _ to: Inode, _ newName: UnsafePointer<CChar>) {
+    /// another gets its data durable with the rename (`auto_da_alloc`), and its record holds
+    /// it by a descriptor; refused as any change that cannot be recorded.
+    func recordRenameOver(_ from: Inode, _ name: UnsafePointer<CChar>, _ to: Inode, _ newName: UnsafePointer<CChar>) throws(Errno) {
         guard let powerLoss else { return }
-        var moving = stat(), replaced = stat()
-        guard (try? inodes.withDescriptor(from, { fd in fstatat(fd, name, &moving, AT_SYMLINK_NOFOLLOW) })) == 0,
-              (try? inodes.withDescriptor(to, { fd in fstatat(fd, newName, &replaced, AT_SYMLINK_NOFOLLOW) })) == 0,
-              moving.st_mode & S_IFMT == S_IFREG, replaced.st_mode & S_IFMT == S_IFREG else { return }
-        powerLoss.renamedOver(to.key, InodeKey(moving))
+        try recording { () throws(Errno) in
+            let fd = try inodes.withDescriptor(from) { fromFD in
+                let fd = openat(fromFD, name, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                return fd >= 0 ? fd : -errno
+            }
+            guard fd >= 0 else {
+                // Out of descriptors: tried again, else refused; nothing there (or no way
+                // there): the rename will say why.
+                if -fd == EMFILE || -fd == ENFILE { throw Errno(-fd) }
+                return
+            }
+            var moving = stat(), replaced = stat()
+            guard fstat(fd, &moving) == 0, moving.st_mode & S_IFMT == S_IFREG,
+                  (try? inodes.withDescriptor(to, { toFD in fstatat(toFD, newName, &replaced, AT_SYMLINK_NOFOLLOW) })) == 0,
+                  replaced.st_mode & S_IFMT == S_IFREG else {
+                close(fd)
+                return
+            }
+            try powerLoss.renamedOver(to.key, InodeKey(moving), fd: fd)
+        }
     }
 
     /// `fsync`/`fdatasync` of the file `ino` open at `fd`: its data durable once it succeeded.

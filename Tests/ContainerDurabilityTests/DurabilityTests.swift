@@ -74,6 +74,43 @@ struct DurabilityTests {
         #expect(saved.ranges == [0..<50])
     }
 
+    /// Against a byte-by-byte reference, seeded: random saves, each asked first what it misses.
+    @Test func rangesAgreeWithEveryByteCountedApart() {
+        var generator = SeededGenerator(seed: 7)
+        for _ in 0..<200 {
+            var saved = ByteRanges()
+            var bytes = [Bool](repeating: false, count: 300)
+            for _ in 0..<30 {
+                let start = Int64.random(in: 0..<290, using: &generator)
+                let range = start..<min(300, start + Int64.random(in: 0..<40, using: &generator))
+                let expected = range.filter { !bytes[Int($0)] }
+                #expect(saved.missing(from: range).flatMap { Array($0) } == expected)
+                saved.insert(range)
+                range.forEach { bytes[Int($0)] = true }
+            }
+            #expect(saved.ranges.flatMap { Array($0) } == bytes.indices.filter { bytes[$0] }.map { Int64($0) })
+            #expect(zip(saved.ranges, saved.ranges.dropFirst()).allSatisfy { $0.upperBound < $1.lowerBound })
+        }
+    }
+
+    /// A database rewriting every other page of a big file between two syncs: each save finds
+    /// its place by a binary search, so 20,000 of them take milliseconds (each once walked and
+    /// copied every range saved before: 13 s here, and the daemon took 40 s over 40,000
+    /// one-byte writes through a mount).
+    @Test func manyScatteredSavesStayCheap() {
+        var saved = ByteRanges()
+        let started = ContinuousClock.now
+        for page in stride(from: Int64(0), to: 40_000, by: 2) {
+            let range = page * 4096..<page * 4096 + 4096
+            _ = saved.missing(from: range)
+            saved.insert(range)
+        }
+        #expect(saved.ranges.count == 20_000)
+        #expect(saved.missing(from: 0..<8192) == [4096..<8192])
+        let elapsed = ContinuousClock.now - started
+        #expect(elapsed < .seconds(5), "20,000 saves took \(elapsed)")
+    }
+
     @Test func theReportTravelsAndReads() {
         let report = PowerCutReport(files: 2, bytes: 8192, names: 3)
         #expect(PowerCutReport(wire: report.wire) == report)
@@ -86,5 +123,18 @@ struct DurabilityTests {
         #expect(PowerCutReport(wire: "1 2 3") == nil)
         #expect(PowerCutReport(wire: "1 -2 3 0") == nil)
         #expect(PowerCutReport(wire: "a b c d") == nil)
+    }
+}
+
+/// SplitMix64: the same numbers for the same seed, on every platform.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

@@ -249,6 +249,91 @@ extension UserTests {
     }
 }
 
+extension UserTests {
+    /// An ordinary user's daemon is refused what the folder's owner refused itself: after a
+    /// program made folders read-only (0555), closed (000) or write-only (0300), the cut
+    /// must still put their durable names back and empty the new files it finds by its walk,
+    /// then leave the folders' modes as the program set them.
+    @Test func aPowerCutRestoresFoldersTheProgramLockedUp() throws {
+        try requireUsers()
+        let container = try MountedContainer(user: Self.alice)
+        defer {
+            if mountInfoLine(container.mountpoint) != nil { _ = try? containerfs(["unmount", container.mountpoint], user: Self.alice) }
+            if mountInfoLine(container.mountpoint) != nil { _ = try? runProgram(["fusermount3", "-uz", container.mountpoint]) }
+        }
+        let mounted = try containerfs(["mount", "-o", "power-loss", container.store, container.mountpoint], user: Self.alice)
+        try #require(mounted.status == 0, "mount as alice: \(mounted)")
+        let script = #"""
+            import os, sys
+            d = sys.argv[1] + "/Documents"
+            def sync(path):
+                fd = os.open(path, os.O_RDONLY); os.fsync(fd); os.close(fd)
+            for folder in ["ro", "closed", "wo"]: os.mkdir(f"{d}/{folder}")
+            with open(f"{d}/ro/durable", "w") as f: f.write("durable")
+            sync(f"{d}/ro/durable")
+            for folder in ["ro", "closed", "wo", "."]: sync(f"{d}/{folder}")
+            with open(f"{d}/ro/new", "w") as f: f.write("a name never durable")
+            os.unlink(f"{d}/ro/durable")
+            os.chmod(f"{d}/ro", 0o555)
+            for folder, mode in [("closed", 0o000), ("wo", 0o300)]:
+                with open(f"{d}/{folder}/new", "w") as f: f.write("never synced")
+                sync(f"{d}/{folder}")
+                os.chmod(f"{d}/{folder}", mode)
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint], user: Self.alice, directory: "/")
+        #expect(result.status == 0, "\(result)")
+        let cut = try containerfs(["power-cut", container.store], user: Self.alice)
+        #expect(cut.status == 0, "\(cut)")
+        let read = { (relative: String) in (try? String(contentsOfFile: container.stored("Documents/" + relative), encoding: .utf8)) }
+        #expect(read("ro/durable") == "durable")
+        #expect(read("ro/new") == nil)
+        #expect(read("closed/new") == "")
+        #expect(read("wo/new") == "")
+        for (folder, mode) in [("ro", 0o555), ("closed", 0o000), ("wo", 0o300)] as [(String, mode_t)] {
+            var info = stat()
+            #expect(lstat(container.stored("Documents/" + folder), &info) == 0 && info.st_mode & 0o7777 == mode, "\(folder): \(String(info.st_mode & 0o7777, radix: 8))")
+        }
+    }
+}
+
+extension UserTests {
+    /// A durable read-only folder (0555) renamed, then emptied and removed: the cut makes it
+    /// again and must put its durable file back in it before giving it its mode, which an
+    /// ordinary user's daemon could not do after.
+    @Test func aReadOnlyFolderTheCutMakesAgainGetsItsFilesBack() throws {
+        try requireUsers()
+        let container = try MountedContainer(user: Self.alice)
+        defer {
+            if mountInfoLine(container.mountpoint) != nil { _ = try? containerfs(["unmount", container.mountpoint], user: Self.alice) }
+            if mountInfoLine(container.mountpoint) != nil { _ = try? runProgram(["fusermount3", "-uz", container.mountpoint]) }
+        }
+        let mounted = try containerfs(["mount", "-o", "power-loss", container.store, container.mountpoint], user: Self.alice)
+        try #require(mounted.status == 0, "mount as alice: \(mounted)")
+        let script = #"""
+            import os, sys
+            d = sys.argv[1] + "/Documents"
+            def sync(path):
+                fd = os.open(path, os.O_RDONLY); os.fsync(fd); os.close(fd)
+            os.mkdir(f"{d}/kept")
+            with open(f"{d}/kept/file", "w") as f: f.write("durable")
+            for path in ["kept/file", "kept"]: sync(f"{d}/{path}")
+            os.chmod(f"{d}/kept", 0o555)
+            sync(d)
+            os.rename(f"{d}/kept", f"{d}/moved")
+            os.chmod(f"{d}/moved", 0o755)
+            os.unlink(f"{d}/moved/file")
+            os.rmdir(f"{d}/moved")
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint], user: Self.alice, directory: "/")
+        #expect(result.status == 0, "\(result)")
+        let cut = try containerfs(["power-cut", container.store], user: Self.alice)
+        #expect(cut.status == 0, "\(cut)")
+        #expect((try? String(contentsOfFile: container.stored("Documents/kept/file"), encoding: .utf8)) == "durable")
+        var info = stat()
+        #expect(lstat(container.stored("Documents/kept"), &info) == 0 && info.st_mode & 0o7777 == 0o555, "\(String(info.st_mode & 0o7777, radix: 8))")
+    }
+}
+
 /// Lets everyone reach the mount point's parent folder (mkdtemp made it 0700), so that
 /// what stops another user is the mount itself; checks that it does reach.
 private func openToEveryone(_ container: MountedContainer) throws {
