@@ -97,8 +97,23 @@ public enum DeviceCapacity {
 
     /// The bytes the containers of the device folder at `path` use, by a walk of each, as
     /// each one's capacity counts them (`Capacity.usedBytes`).
+    /// Every container directly in the folder is counted, apps and groups: not
+    /// `Device.stores`, which takes a folder without a group for no device and refuses it
+    /// (a device whose last group was removed would count as empty, and take any install).
     public static func usedBytes(devicePath path: String) throws(UserError) -> Int64 {
-        try Device.stores(path, changing: false).reduce(Int64(0)) { $0.addingSaturated(Capacity.usedBytes(rootFD: $1.rootFD)) }
+        let folderFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folderFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        defer { close(folderFD) }
+        let base = path.hasSuffix("/") ? path : path + "/"
+        // Hidden names are not containers: the state folder, and containers being built aside.
+        let names: [[UInt8]]
+        do { names = try Directory.entries(of: folderFD).map(\.name).filter { $0.first != UInt8(ascii: ".") } } catch {
+            throw UserError("cannot read the device folder \(path): \(error)")
+        }
+        return names.reduce(Int64(0)) { total, name in
+            guard let store = try? Store.open(at: folderFD, name, path: base + String(decoding: name, as: UTF8.self), changing: false) else { return total }
+            return total.addingSaturated(Capacity.usedBytes(rootFD: store.rootFD))
+        }
     }
 
     /// The device's count as its daemons keep it (the ledger), and whether a daemon is

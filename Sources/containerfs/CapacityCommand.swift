@@ -41,7 +41,9 @@ struct CapacityCommand: ParsableCommand {
             let capacity = try size.map { (text) throws(UserError) in try parseCapacity(text) }
             // A device folder (no store itself): the capacity all its containers share.
             var state = stat()
-            if lstat(store + "/.containerfs", &state) != 0, (try? Device.stores(store)) != nil {
+            // One whose groups were all removed still is, when it has a capacity: shown, changed, removed.
+            if lstat(store + "/.containerfs", &state) != 0,
+               (try? Device.stores(store)) != nil || DeviceCapacity.read(devicePath: store) != nil {
                 return try device(capacity)
             }
             let opened = try Store.open(store, changing: false, replacingCapacity: capacity != nil)

@@ -186,4 +186,22 @@ struct DeviceFullTests {
         expectRefused(more, device)
         #expect(try names(device.device) == (before + ["New", extra]).sorted())
     }
+
+    /// A device whose group container was removed (`rm -rf`, as an app is deleted) keeps
+    /// its capacity and still counts its apps: a create that does not fit is refused, not
+    /// taken as the first install of an empty device; `capacity DEVICE` still shows it.
+    @Test func aDeviceWithoutItsGroupStillCountsItsApps() throws {
+        let device = try GroupDevice()
+        let (bundle, need) = try bigBundle(device)
+        #expect(try containerfs(["create", device.device + "/Big", "--bundle", bundle]).status == 0)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need / 2)"]).status == 0)
+        #expect(try runProgram(["rm", "-rf", device.groupStore]).status == 0)
+        let before = try names(device.device)
+        let refused = try containerfs(["create", device.device + "/More", "--bundle", bundle])
+        expectRefused(refused, device)
+        #expect(try names(device.device) == before, "the refused create left nothing")
+        let left = try du([device.app, device.widget, device.other, device.device + "/Big"])
+        #expect(try deviceUsed(device) == left, "the apps are still counted")
+    }
 }
