@@ -3,6 +3,7 @@
 #endif
 #include "CFuse.h"
 #include "kernel_abi.h"
+#include "closer.h"
 #include "ring.h"
 
 #include <errno.h>
@@ -206,8 +207,11 @@ static ssize_t session_writev(int fd, struct iovec *iov, int count, void *userda
     }
     if (ring_take_reply(iov, count)) return (ssize_t)out->len;
     ssize_t written = writev(fd, iov, count);
-    // The kernel has taken the INIT reply: the rings can register now.
-    if (init != NULL && written > 0 && uring_accepted) ring_start(session, device_fd, ring_payload_size(init));
+    // The kernel has taken the INIT reply: the closer can start, the rings can register.
+    if (init != NULL && written > 0) {
+        closer_start(uring_accepted);
+        if (uring_accepted) ring_start(session, device_fd, ring_payload_size(init));
+    }
     return written;
 }
 
@@ -236,6 +240,7 @@ unsigned long cfuse_uring_requests(void) { return ring_requests_served(); }
 
 void cfuse_end_kernel_features(void) {
     ring_stop();
+    closer_stop();
     passthrough_active = false;
     device_fd = -1;
 }

@@ -581,15 +581,18 @@ final class InodeTable: @unchecked Sendable {
             node.pinned = false
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)
         }
-        return Released(descriptor: fd, backingID: free ? takeBacking(node) : 0)
+        return Released(descriptor: fd, backingID: free ? takeBacking(node) : 0, bytes: UInt64(clamping: info.st_blocks) &* 512)
     }
 
-    /// What a removal let go of, closed once the reply is sent.
+    /// What a removal let go of, closed once the reply is sent: by the closer's thread
+    /// when it has room (CFuse's closer.h), so that this thread is free for the next request.
     struct Released {
         fileprivate var descriptor: Int32 = -1
         fileprivate var backingID: Int32 = 0
+        fileprivate var bytes: UInt64 = 0   // what the close frees
 
         func close() {
+            guard descriptor >= 0 || backingID > 0, !cfuse_close_later(descriptor, backingID, bytes) else { return }
             if descriptor >= 0 { Glibc.close(descriptor) }
             if backingID > 0 { cfuse_backing_close(backingID) }
         }

@@ -94,8 +94,8 @@ bool cfuse_uring_active(void);
 /// Requests served through io_uring so far.
 unsigned long cfuse_uring_requests(void);
 
-/// Once the loop has ended, before the session is destroyed: stops the rings; no backing
-/// id is opened or closed after this.
+/// Once the loop has ended, before the session is destroyed: stops the rings and the
+/// closer; no backing id is opened or closed after this.
 void cfuse_end_kernel_features(void);
 
 /// Registers `fd` as a backing file; returns its id (> 0) or -errno.
@@ -103,6 +103,11 @@ int cfuse_backing_open(int fd);
 
 /// Drops a backing id (files opened with it keep their backing file).
 void cfuse_backing_close(int backing_id);
+
+/// Hands a deleted file's last descriptor and backing id (-1 and 0 for none) to the
+/// closer's thread (closer.h), with the bytes its close frees; false when the thread is not
+/// running or enough waits already: close them yourself.
+bool cfuse_close_later(int fd, int backing_id, uint64_t bytes);
 
 /// fuse_reply_open / fuse_reply_create, with the file's I/O passed through to `backing_id`.
 int cfuse_reply_open_backed(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
