@@ -35,11 +35,16 @@ struct Update: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
-            defer { settle() }
+            // A device with a capacity refuses an update that does not fit, with the groups it
+            // makes; what fits goes to its live count (docs/capacity.md, "Installing on a
+            // full device").
+            let device = DeviceInstall(storePaths: [store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { device.finish() }
             let groups = try Store.checkGroupIdentifiers(group)
-            let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key)
+            let path = store
+            let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key) { (growth, what) throws(UserError) in
+                try device.admit(growth.addingSaturated(try Store.missingGroupBytes(groups, besideStore: path)), what, need: "the update adds")
+            }
             if !group.isEmpty {
                 let opened = try Store.open(store)
                 do { try opened.recordMembership(groups) } catch {
