@@ -3,7 +3,7 @@ import Glibc
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
 /// `create-group` and `restore` into a device folder with a capacity refuse a container
 /// that would not fit in the device's free space, as an App Store install on a full iPhone
-/// is refused, and leave nothing behind.
+/// is refused, and leave nothing behind; `update` and `deliver` so refuse what they add.
 ///
 /// The container is built aside first (a hidden sibling, which no count of the device
 /// includes) and measured there exactly as the device counts it (`Capacity.usedBytes`:

@@ -10,7 +10,10 @@ struct Deliver: ParsableCommand {
             sees a partial file), never overwriting: a taken name gets a numbered suffix \
             (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted \
             container shows the files at once. A container with a capacity refuses a delivery that \
-            would not fit (see 'containerfs capacity'). The copies belong to whoever runs deliver and \
+            would not fit (see 'containerfs capacity'), and so does a container of a device folder \
+            with a capacity when the device has less free, mounted or not: one line says how much \
+            the files take in blocks and how much is free, and nothing reaches the Inbox (exit 1). \
+            See docs/capacity.md, "Installing on a full device". The copies belong to whoever runs deliver and \
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
             """)
 

@@ -16,6 +16,13 @@ struct Update: ParsableCommand {
             (Notes.app → Notes2.app): the container's layout follows it. Refused while the \
             container is mounted or a program runs in it. See docs/lifecycle.md.
 
+            The new bundle must fit: what it takes in blocks beyond the old bundle and tmp/ is \
+            held to the container's capacity, and, in a device folder with a capacity, to the \
+            device's free space (with the group containers --group makes), even while other \
+            containers of the device are mounted. Otherwise one line says how much it adds and \
+            how much is free, the copy aside is removed and the old app stays installed (exit 1). \
+            See docs/capacity.md, "Installing on a full device".
+
             --group replaces the app's App Groups with those named (the new version's \
             entitlements), making a missing group container beside STORE; without it the \
             groups stay as they were. See docs/groups.md.
