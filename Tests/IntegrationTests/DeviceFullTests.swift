@@ -253,6 +253,19 @@ struct DeviceFullTests {
         #expect(new.status == 0 && new.stdout == "<plist>big</plist>\n", "the new app launches: \(new)")
         let stores = [device.app, device.widget, device.other, device.groupStore]
         #expect(try deviceUsed(device) == used2 + growth && du(stores) == used2 + growth)
+
+        // The device full: offloading the app frees its bundle, and a reinstall needs all of
+        // a bundle's room (a larger one is refused, the app left offloaded), as on iOS.
+        #expect(try containerfs(["offload", device.widget]).status == 0)
+        let larger = device.base + "/Larger.app"
+        #expect(try runProgram(["cp", "-r", bundle, larger]).status == 0)
+        try Data(repeating: 7, count: 8192).write(to: URL(fileURLWithPath: larger + "/more.bin"))
+        let tooLarge = try containerfs(["update", device.widget, "--bundle", larger])
+        expectRefused(tooLarge, device)
+        #expect(try leftAside(device.widget).isEmpty && !names(device.widget).contains("Larger.app"))
+        let reinstalled = try containerfs(["update", device.widget, "--bundle", bundle])
+        #expect(reinstalled.status == 0 && reinstalled.stdout.contains("reinstalled"), "\(reinstalled)")
+        #expect(try deviceUsed(device) == used2 + growth && du(stores) == used2 + growth)
     }
 
     /// A file of `bytes` bytes in the test's folder, and what it takes in blocks.
