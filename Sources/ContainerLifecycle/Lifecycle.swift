@@ -30,7 +30,15 @@ public enum Lifecycle {
     /// `path` (or reinstalls an offloaded app): copied and signed aside, checked, then
     /// switched in by `BundleSwitch`. `Documents`, `Library` and the caches stay; `tmp/` is
     /// emptied. Refused while the container is mounted or a program runs in it.
-    public static func update(store path: String, bundle bundlePath: String, keyPath: String?) throws(UserError) -> UpdateSummary {
+    ///
+    /// `admit` decides, last before the switch, whether the device has room for what the
+    /// update adds (SPEC §15, `DeviceInstall`): it gets the bytes in blocks the new bundle
+    /// takes beyond the old one and `tmp/` (negative: it frees some) and the change's name
+    /// for a message; what it throws refuses the update, the old app left installed.
+    public static func update(
+        store path: String, bundle bundlePath: String, keyPath: String?,
+        admit: (_ growth: Int64, _ what: String) throws(UserError) -> Void = { _, _ in }
+    ) throws(UserError) -> UpdateSummary {
         let newName = try Store.checkBundle(bundlePath)
         let store = try Store.open(path)
         try refuseGroup(store, "update")
@@ -50,8 +58,9 @@ public enum Lifecycle {
         // in it between signing and switching (a writer of the store, a bundle changing as
         // it was copied) is ever installed.
         let signed: BundleVerification
+        let staged: Store
         do {
-            let staged = try Store.open(at: store.stateFD, working, path: path, changing: false)
+            staged = try Store.open(at: store.stateFD, working, path: path, changing: false)
             signed = BundleSignature.verify(staged, key: key, full: true)
         } catch {
             removeTree(at: store.stateFD, working)
@@ -65,13 +74,23 @@ public enum Lifecycle {
             )
         }
         TestCrashPoint.reach("verified")
-        // Within the capacity (SPEC §10): the new bundle replaces the old one and tmp/ goes.
+        // Within the capacity (SPEC §10), and the device's (§15): the new bundle replaces
+        // the old one and tmp/ goes.
         do {
             let temporary = StandardDirectory.tmp.path.bytes
             let old = store.offloaded == nil ? Capacity.treeBytes(at: store.rootFD, oldName) : 0
-            let tmpContents = Capacity.contentBytes(at: store.rootFD, temporary)
-            try Capacity.checkFits(store, adding: Capacity.treeBytes(at: store.stateFD, working), removing: old + tmpContents,
-                                   "install \(ContainerPath.printable(newName)) in \(path)")
+            // What emptying tmp/ frees: all but its CACHEDIR.TAG, which stays.
+            var tmpContents = Capacity.contentBytes(at: store.rootFD, temporary)
+            if let tmpFD = try? openDirectory(at: store.rootFD, temporary) {
+                tmpContents = max(0, tmpContents.subtractingSaturated(Capacity.treeBytes(at: tmpFD, ContainerLayout.cacheTagName)))
+                close(tmpFD)
+            }
+            // The new bundle alone: the rest of the staged container (its folders, its
+            // signed state) does not move into the store.
+            let new = Capacity.treeBytes(at: staged.rootFD, newName)
+            let what = "install \(ContainerPath.printable(newName)) in \(path)"
+            try Capacity.checkFits(store, adding: new, removing: old + tmpContents, what)
+            try admit(new.subtractingSaturated(old.addingSaturated(tmpContents)), what)
         } catch {
             removeTree(at: store.stateFD, working)
             throw error

@@ -10,8 +10,10 @@ public enum Delivery {
     /// `name-1.ext`, `name-2.ext`…), never overwriting, and returns the name used.
     ///
     /// The copy is made in the state folder (same filesystem, invisible to the app) and
-    /// renamed into the Inbox in one step, so the app never sees a partial file.
-    public static func deliver(_ source: String, as name: [UInt8], into store: Store) throws(UserError) -> [UInt8] {
+    /// renamed into the Inbox in one step, so the app never sees a partial file. In a device
+    /// folder with a capacity, `device` (made for this store) admits the copy as measured
+    /// (SPEC §15); its caller finishes it once a mounted store's daemon has recounted.
+    public static func deliver(_ source: String, as name: [UInt8], into store: Store, device: DeviceInstall? = nil) throws(UserError) -> [UInt8] {
         var info = stat()
         guard lstat(source, &info) == 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
         let type = info.st_mode & S_IFMT
@@ -35,7 +37,9 @@ public enum Delivery {
             defer { close(lock) }  // and the lock with it
             do {
                 try sys { flock(lock, LOCK_EX) }
-                try Capacity.checkFits(store, adding: Capacity.treeBytes(at: staging, temporary), "deliver \(source) into \(store.path)")
+                let bytes = Capacity.treeBytes(at: staging, temporary)
+                try Capacity.checkFits(store, adding: bytes, "deliver \(source) into \(store.path)")
+                try device?.admit(bytes, "deliver \(source) into \(store.path)", need: "the delivery adds")
             } catch {
                 removeTree(at: staging, temporary)
                 throw error
@@ -64,11 +68,14 @@ public enum Delivery {
     }
 
     /// Refuses, before anything is copied, a delivery of several `sources` that would
-    /// not fit in the container's capacity together (each is checked exactly as it goes in).
-    public static func checkFits(_ sources: [String], into store: Store) throws(UserError) {
-        guard sources.count > 1, Capacity.read(store) != nil else { return }
+    /// not fit in the container's capacity together, or in its device's (`device`) free
+    /// space (each is checked exactly as it goes in).
+    public static func checkFits(_ sources: [String], into store: Store, device: DeviceInstall? = nil) throws(UserError) {
+        guard sources.count > 1 else { return }
         let bytes = sources.reduce(Int64(0)) { $0.addingSaturating(Capacity.treeBytes(at: AT_FDCWD, Array($1.utf8))) }
-        try Capacity.checkFits(store, adding: bytes, "deliver \(sources.count) files into \(store.path)")
+        let what = "deliver \(sources.count) files into \(store.path)"
+        try Capacity.checkFits(store, adding: bytes, what)
+        try device?.check(bytes, what, need: "the delivery adds")
     }
 
     /// `name`, then `base-1.ext`, `base-2.ext`, … (the extension is what follows the last dot).

@@ -177,10 +177,13 @@ public enum DeviceCapacity {
 
     /// As `markChange(_:)`, for a command that makes, replaces or changes the store at
     /// `path` (which need not exist yet: then it had nothing). nil when the store is
-    /// mounted (its daemon counts its own changes) or its device keeps no live count.
+    /// mounted (its daemon counts its own changes) or its device keeps no live count. The
+    /// mount lock held by this very process is no daemon's: `update` holds it to keep
+    /// mounts out while it changes the store, and counts what it changed itself.
     public static func markChange(storePath path: String) -> ChangeMark? {
         if let store = try? Store.open(path, changing: false) {
-            return MountLock.holder(store) == nil ? markChange(store) : nil
+            let mounted = MountLock.holder(store).map { $0.pid != getpid() } ?? false
+            return mounted ? nil : markChange(store)
         }
         let device = Directory.holding(path)
         guard read(devicePath: device) != nil, ledger(devicePath: device)?.attached == true else { return nil }

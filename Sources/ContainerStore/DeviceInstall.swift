@@ -3,7 +3,7 @@ import Glibc
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
 /// `create-group` and `restore` into a device folder with a capacity refuse a container
 /// that would not fit in the device's free space, as an App Store install on a full iPhone
-/// is refused, and leave nothing behind.
+/// is refused, and leave nothing behind; `update` and `deliver` so refuse what they add.
 ///
 /// The container is built aside first (a hidden sibling, which no count of the device
 /// includes) and measured there exactly as the device counts it (`Capacity.usedBytes`:
@@ -17,6 +17,12 @@ import Glibc
 /// - none: a walk of the device's containers is the count; holding `decide.lock` keeps
 ///   every other install out until this one is in place (and a daemon's first attach,
 ///   which walks), so two installs never both take the last free space.
+///
+/// `update` and `deliver` admit the same way what they add to an existing container (the
+/// new bundle less the old one and `tmp/`; the files for the Inbox, copied aside in the
+/// state folder, which no count includes). A container mounted itself is counted by its
+/// daemon: `deliver` has it recount before `finish` gives the reservation back, so that
+/// the ledger never misses the delivery meanwhile.
 ///
 /// It replaces `markChange`/`settleChange` for these commands: the change goes to the
 /// ledger once, net of the reservation.
@@ -39,9 +45,12 @@ public final class DeviceInstall {
 
     /// Refuses, with one line, `bytes` more on the device when they do not fit in its free
     /// space; otherwise counts them in. `what` names the install ("install Demo.app at
-    /// device/App"). Nothing to do on a device without a capacity. Call it once, on the
-    /// complete container built aside, just before it is renamed into place.
-    public func admit(_ bytes: Int64, _ what: String) throws(UserError) {
+    /// device/App"), `need` what takes the bytes ("the container needs", "the delivery
+    /// adds"). Nothing to do on a device without a capacity. Call it once, on the complete
+    /// container (bundle, delivery) built aside, just before it is renamed into place. A
+    /// change that adds nothing (an update to a smaller bundle) always fits, even on a
+    /// device already past its capacity, and is still settled by `finish`.
+    public func admit(_ bytes: Int64, _ what: String, need: String = "the container needs") throws(UserError) {
         guard decide < 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
         let bytes = max(0, bytes)  // so that `finish` can negate the reservation
         let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -64,7 +73,7 @@ public final class DeviceInstall {
             used = 0
             _ = DeviceLedger.change(ledger) { count in
                 used = count
-                fits = count.addingSaturated(bytes) <= capacity
+                fits = bytes == 0 || count.addingSaturated(bytes) <= capacity
                 return fits ? count.addingSaturated(bytes) : count
             }
             if fits {
@@ -76,11 +85,27 @@ public final class DeviceInstall {
         } else {
             // As a first daemon counts the device: a walk of each of its containers.
             used = (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
-            if used.addingSaturated(bytes) <= capacity { return }
+            if bytes == 0 || used.addingSaturated(bytes) <= capacity { return }
         }
+        throw refusal(bytes, what, need: need, capacity: capacity, used: used)
+    }
+
+    /// Refuses `bytes` more that do not fit in the device's free space now, without
+    /// reserving them or holding any lock: a first look, so that a batch (`deliver` of
+    /// several files) that cannot fit together changes nothing; each part is then admitted
+    /// exactly by `admit`.
+    public func check(_ bytes: Int64, _ what: String, need: String) throws(UserError) {
+        guard bytes > 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
+        let used = DeviceCapacity.ledger(devicePath: devicePath).flatMap { $0.attached ? $0.used : nil }
+            ?? (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
+        guard used.addingSaturated(bytes) > capacity else { return }
+        throw refusal(bytes, what, need: need, capacity: capacity, used: used)
+    }
+
+    private func refusal(_ bytes: Int64, _ what: String, need: String, capacity: Int64, used: Int64) -> UserError {
         let free = max(0, capacity.subtractingSaturated(used))
-        throw UserError(
-            "cannot \(what): the container needs \(bytes) bytes (\(humanBytes(bytes))) and the device \(devicePath) has \(free) bytes (\(humanBytes(free))) free of its capacity of \(capacity) bytes; nothing was written: free space on the device ('containerfs purge \(devicePath) --caches --tmp --until-free \(bytes)', its containers not running) or raise its capacity ('containerfs capacity \(devicePath) SIZE')")
+        return UserError(
+            "cannot \(what): \(need) \(bytes) bytes (\(humanBytes(bytes))) and the device \(devicePath) has \(free) bytes (\(humanBytes(free))) free of its capacity of \(capacity) bytes; nothing was written: free space on the device ('containerfs purge \(devicePath) --caches --tmp --until-free \(bytes)', its containers not running) or raise its capacity ('containerfs capacity \(devicePath) SIZE')")
     }
 
     /// Settles what the install changed into the device's live count (net of what `admit`

@@ -22,8 +22,8 @@ struct CapacityCommand: ParsableCommand {
             capacity is the device's, shared by all its containers: a full device refuses growth \
             in any of them, and df in each shows the device's free space. It is changed only while \
             none of them is mounted. A container's own capacity still applies within it. create, \
-            create-group and restore into a full device are refused with one line and leave \
-            nothing, as an App Store install on a full iPhone. See docs/capacity.md.
+            create-group, restore, update and deliver into a full device are refused with one line \
+            and leave nothing, as an App Store install on a full iPhone. See docs/capacity.md.
 
             Examples: 'containerfs capacity ~/C 8M'; 'containerfs capacity ~/C none'; \
             'containerfs capacity ~/C' (show, recount).

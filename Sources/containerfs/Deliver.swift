@@ -10,7 +10,10 @@ struct Deliver: ParsableCommand {
             sees a partial file), never overwriting: a taken name gets a numbered suffix \
             (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted \
             container shows the files at once. A container with a capacity refuses a delivery that \
-            would not fit (see 'containerfs capacity'). The copies belong to whoever runs deliver and \
+            would not fit (see 'containerfs capacity'), and so does a container of a device folder \
+            with a capacity when the device has less free, mounted or not: one line says how much \
+            the files take in blocks and how much is free, and nothing reaches the Inbox (exit 1). \
+            See docs/capacity.md, "Installing on a full device". The copies belong to whoever runs deliver and \
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
             """)
 
@@ -30,21 +33,23 @@ struct Deliver: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store])
-            defer { settle() }
             let opened = try Store.open(store)
             try opened.requireApp(for: "deliver")
-            try Delivery.checkFits(files, into: opened)
-            var delivered: [ContainerPath] = []
+            try Delivery.checkFits(files, into: opened, device: DeviceInstall(storePaths: [store]))
             for file in files {
+                // A device with a capacity refuses what does not fit; what fits goes to its
+                // live count (docs/capacity.md, "Installing on a full device"), one file at
+                // a time: the device's lock is held from the measure to the rename only.
+                let device = DeviceInstall(storePaths: [store])
+                defer { device.finish() }
                 let wanted = name.map { Array($0.utf8) } ?? Array(file.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
-                let used = try Delivery.deliver(file, as: wanted, into: opened)
+                let used = try Delivery.deliver(file, as: wanted, into: opened, device: device)
                 let path = StandardDirectory.inbox.path.appending(used)
-                delivered.append(path)
+                // A mounted container's daemon counts the file (a recount) before the
+                // device's reservation of it is given back.
+                try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("delivered \(file) as \(path)\n")
             }
-            try ControlChannel.invalidate(opened, delivered)
         }
     }
 }

@@ -16,6 +16,13 @@ struct Update: ParsableCommand {
             (Notes.app → Notes2.app): the container's layout follows it. Refused while the \
             container is mounted or a program runs in it. See docs/lifecycle.md.
 
+            The new bundle must fit: what it takes in blocks beyond the old bundle and tmp/ is \
+            held to the container's capacity, and, in a device folder with a capacity, to the \
+            device's free space (with the group containers --group makes), even while other \
+            containers of the device are mounted. Otherwise one line says how much it adds and \
+            how much is free, the copy aside is removed and the old app stays installed (exit 1). \
+            See docs/capacity.md, "Installing on a full device".
+
             --group replaces the app's App Groups with those named (the new version's \
             entitlements), making a missing group container beside STORE; without it the \
             groups stay as they were. See docs/groups.md.
@@ -35,11 +42,16 @@ struct Update: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = deviceChanges([store] + group.map { Store.groupPath($0, besideStore: store) })
-            defer { settle() }
+            // A device with a capacity refuses an update that does not fit, with the groups it
+            // makes; what fits goes to its live count (docs/capacity.md, "Installing on a
+            // full device").
+            let device = DeviceInstall(storePaths: [store] + group.map { Store.groupPath($0, besideStore: store) })
+            defer { device.finish() }
             let groups = try Store.checkGroupIdentifiers(group)
-            let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key)
+            let path = store
+            let summary = try Lifecycle.update(store: store, bundle: bundle, keyPath: key) { (growth, what) throws(UserError) in
+                try device.admit(growth.addingSaturated(try Store.missingGroupBytes(groups, besideStore: path)), what, need: "the update adds")
+            }
             if !group.isEmpty {
                 let opened = try Store.open(store)
                 do { try opened.recordMembership(groups) } catch {

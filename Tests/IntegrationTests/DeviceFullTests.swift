@@ -3,10 +3,10 @@ import Glibc
 import Testing
 
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
-/// `create --group`, `create-group` and `restore` into a device folder with a capacity
-/// refuse, with one line and exit 1, what would not fit in the device's free space, and
-/// leave nothing behind; what fits exactly is installed, and the device's count (a walk,
-/// the daemons' ledger) agrees with du afterwards.
+/// `create --group`, `create-group`, `restore`, `update` and `deliver` into a device folder
+/// with a capacity refuse, with one line and exit 1, what would not fit in the device's
+/// free space, and leave nothing behind; what fits exactly is installed, and the device's
+/// count (a walk, the daemons' ledger) agrees with du afterwards.
 @Suite("DeviceFull", .serialized)
 struct DeviceFullTests {
     /// The bytes `containerfs capacity DEVICE` finds the device's containers use (a walk).
@@ -203,5 +203,151 @@ struct DeviceFullTests {
         #expect(try names(device.device) == before, "the refused create left nothing")
         let left = try du([device.app, device.widget, device.other, device.device + "/Big"])
         #expect(try deviceUsed(device) == left, "the apps are still counted")
+    }
+
+    /// What `containerfs run STORE -- cat FILE` prints: the app launches from its bundle.
+    private func launch(_ store: String, reading file: String) throws -> ProgramResult {
+        try containerfs(["run", store, "--", "cat", file])
+    }
+
+    /// Hidden working folders an update leaves in a store's state folder, if any.
+    private func leftAside(_ store: String) throws -> [String] {
+        try names(store + "/.containerfs").filter { $0.hasPrefix(".bundle.") }
+    }
+
+    /// No container mounted (the count is a walk): two updates racing for room for one
+    /// switch one app, the other is refused with one line and its old app still launches;
+    /// then one block short is refused, and an exact fit is installed and launches.
+    @Test func updateIsRefusedOnAFullDevice() throws {
+        let device = try GroupDevice()
+        let (bundle, _) = try bigBundle(device)
+        // What the update adds: the new bundle as copied, less the old one (tmp/ holds
+        // only its CACHEDIR.TAG, which stays).
+        let growth = try du([device.base + "/scratch/Big/Big.app"]) - du([device.app + "/Demo.app"])
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + growth + growth / 2)"]).status == 0)
+        let before = try names(device.device), app = try names(device.app), other = try names(device.other)
+        let racers = try [device.app, device.other].map { try BackgroundProgram([containerfsBinary, "update", $0, "--bundle", bundle]) }
+        let results = racers.map { $0.wait() }
+        #expect(results.filter { $0.status == 0 }.count == 1, "exactly one of two racing updates fits: \(results)")
+        guard let loserIndex = results.firstIndex(where: { $0.status != 0 }) else { return }
+        expectRefused(results[loserIndex], device)
+        #expect(results[loserIndex].stderr.contains("adds \(growth) bytes"), "the growth is counted in blocks, as du counts: \(results[loserIndex])")
+        let loser = loserIndex == 0 ? device.app : device.other
+        #expect(try names(loser) == (loserIndex == 0 ? app : other) && leftAside(loser).isEmpty, "the refused update left nothing")
+        let old = try launch(loser, reading: "Demo.app/Info.plist")
+        #expect(old.status == 0 && old.stdout == "<plist>demo</plist>\n", "the old app still launches: \(old)")
+        #expect(try containerfs(["verify", loser]).status == 0)
+        #expect(try names(device.device) == before)
+        #expect(try deviceUsed(device) == used + growth)
+
+        let used2 = used + growth
+        #expect(try containerfs(["capacity", device.device, "\(used2 + growth - 4096)"]).status == 0)
+        let short = try containerfs(["update", device.widget, "--bundle", bundle])
+        expectRefused(short, device)
+        #expect(try leftAside(device.widget).isEmpty && launch(device.widget, reading: "Demo.app/Info.plist").stdout == "<plist>demo</plist>\n")
+        #expect(try containerfs(["capacity", device.device, "\(used2 + growth)"]).status == 0)
+        let exact = try containerfs(["update", device.widget, "--bundle", bundle])
+        #expect(exact.status == 0, "an exact fit is installed: \(exact)")
+        let new = try launch(device.widget, reading: "Big.app/Info.plist")
+        #expect(new.status == 0 && new.stdout == "<plist>big</plist>\n", "the new app launches: \(new)")
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        #expect(try deviceUsed(device) == used2 + growth && du(stores) == used2 + growth)
+
+        // The device full: offloading the app frees its bundle, and a reinstall needs all of
+        // a bundle's room (a larger one is refused, the app left offloaded), as on iOS.
+        #expect(try containerfs(["offload", device.widget]).status == 0)
+        let larger = device.base + "/Larger.app"
+        #expect(try runProgram(["cp", "-r", bundle, larger]).status == 0)
+        try Data(repeating: 7, count: 8192).write(to: URL(fileURLWithPath: larger + "/more.bin"))
+        let tooLarge = try containerfs(["update", device.widget, "--bundle", larger])
+        expectRefused(tooLarge, device)
+        #expect(try leftAside(device.widget).isEmpty && !names(device.widget).contains("Larger.app"))
+        let reinstalled = try containerfs(["update", device.widget, "--bundle", bundle])
+        #expect(reinstalled.status == 0 && reinstalled.stdout.contains("reinstalled"), "\(reinstalled)")
+        #expect(try deviceUsed(device) == used2 + growth && du(stores) == used2 + growth)
+    }
+
+    /// A file of `bytes` bytes in the test's folder, and what it takes in blocks.
+    private func document(_ device: GroupDevice, _ name: String, _ bytes: Int) throws -> (path: String, blocks: Int64) {
+        let path = device.base + "/" + name
+        try Data((0..<bytes).map { UInt8(truncatingIfNeeded: $0 &* 11) }).write(to: URL(fileURLWithPath: path))
+        return (path, try du([path]))
+    }
+
+    /// No container mounted: two deliveries into two apps racing for room for one put one
+    /// file in one Inbox; a batch that does not fit together delivers nothing; one block
+    /// short is refused, nothing in the Inbox nor left aside; an exact fit is delivered.
+    @Test func deliverIsRefusedOnAFullDevice() throws {
+        let device = try GroupDevice()
+        let (file, need) = try document(device, "report.pdf", 100_000)
+        let (second, _) = try document(device, "notes.txt", 100_000)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need + need / 2)"]).status == 0)
+        let racers = try [device.app, device.other].map { try BackgroundProgram([containerfsBinary, "deliver", $0, file]) }
+        let results = racers.map { $0.wait() }
+        #expect(results.filter { $0.status == 0 }.count == 1, "exactly one of two racing deliveries fits: \(results)")
+        if let loserIndex = results.firstIndex(where: { $0.status != 0 }) {
+            expectRefused(results[loserIndex], device)
+            let loser = loserIndex == 0 ? device.app : device.other
+            #expect(try names(loser + "/Documents/Inbox") == [] && names(loser + "/.containerfs/incoming") == [], "the refused delivery left nothing")
+        }
+        let used2 = try deviceUsed(device)
+        #expect(used2 == used + need)
+
+        #expect(try containerfs(["capacity", device.device, "\(used2 + need + need / 2)"]).status == 0)
+        let batch = try containerfs(["deliver", device.widget, file, second])
+        expectRefused(batch, device)
+        #expect(try names(device.widget + "/Documents/Inbox") == [], "a batch that does not fit delivers nothing")
+        #expect(try containerfs(["capacity", device.device, "\(used2 + need - 4096)"]).status == 0)
+        let short = try containerfs(["deliver", device.widget, file])
+        expectRefused(short, device)
+        #expect(short.stderr.contains("adds \(need) bytes"), "the file is counted in blocks, as du counts: \(short)")
+        #expect(try names(device.widget + "/Documents/Inbox") == [] && names(device.widget + "/.containerfs/incoming") == [])
+        #expect(try containerfs(["capacity", device.device, "\(used2 + need)"]).status == 0)
+        let exact = try containerfs(["deliver", device.widget, file])
+        #expect(exact.status == 0, "an exact fit is delivered: \(exact)")
+        #expect(try names(device.widget + "/Documents/Inbox") == ["report.pdf"])
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        #expect(try deviceUsed(device) == used2 + need && du(stores) == used2 + need)
+    }
+
+    /// The app mounted by its run (with its group): the daemons' ledger is the count. An
+    /// update of another app that fits is reserved in it and one that no longer fits is
+    /// refused (the old app still launches); a delivery into the mounted app itself, which
+    /// its daemon counts, fits once and is refused the second time. Afterwards the ledger
+    /// equals du of the device.
+    @Test func updateAndDeliverWhileTheDeviceIsMountedCountInTheLedger() throws {
+        let device = try GroupDevice()
+        let (bundle, _) = try bigBundle(device)
+        let growth = try du([device.base + "/scratch/Big/Big.app"]) - du([device.app + "/Demo.app"])
+        let (file, need) = try document(device, "report.pdf", 100_000)
+        let used = try deviceUsed(device)
+        #expect(growth > need + need / 2, "the second update cannot fit where the deliveries' room is")
+        #expect(try containerfs(["capacity", device.device, "\(used + growth + need + need / 2)"]).status == 0)
+        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/a.up"))
+        let attached = try containerfs(["capacity", device.device])
+        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)")
+
+        let fits = try containerfs(["update", device.other, "--bundle", bundle])
+        #expect(fits.status == 0, "\(fits)")
+        let refused = try containerfs(["update", device.widget, "--bundle", bundle])
+        expectRefused(refused, device)
+        #expect(try leftAside(device.widget).isEmpty && containerfs(["verify", device.widget]).status == 0)
+        let delivered = try containerfs(["deliver", device.app, file])
+        #expect(delivered.status == 0, "\(delivered)")
+        let again = try containerfs(["deliver", device.app, file])
+        expectRefused(again, device)
+        #expect(try names(device.app + "/Documents/Inbox") == ["report.pdf"] && names(device.app + "/.containerfs/incoming") == [])
+
+        // The run ends (and unmounts) on SIGTERM, as the other device tests end theirs.
+        kill(app.pid, SIGTERM)
+        _ = app.wait()
+        let old = try launch(device.widget, reading: "Demo.app/Info.plist")
+        #expect(old.status == 0 && old.stdout == "<plist>demo</plist>\n", "the refused update left the old app: \(old)")
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked == used + growth + need, "ledger \(counted), du \(walked), expected \(used + growth + need)")
     }
 }
