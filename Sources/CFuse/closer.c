@@ -54,7 +54,10 @@ void closer_start(bool idle) {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &previous);   // the main thread takes the signals
     idle_policy = idle;
+    pthread_mutex_lock(&lock);
+    stopping = false;
     running = pthread_create(&thread, NULL, closer, NULL) == 0;
+    pthread_mutex_unlock(&lock);
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
 }
 
@@ -65,10 +68,12 @@ void closer_stop(void) {
     pthread_cond_signal(&wake);
     pthread_mutex_unlock(&lock);
     pthread_join(thread, NULL);
-    running = false;
     // What the thread left is closed here, before the device's backing ids go.
+    pthread_mutex_lock(&lock);
+    running = false;
     while (waiting > 0) close_now(queue[--waiting]);
     waiting_bytes = 0;
+    pthread_mutex_unlock(&lock);
 }
 
 bool cfuse_close_later(int fd, int backing_id, uint64_t bytes) {
