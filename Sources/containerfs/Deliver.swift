@@ -8,7 +8,7 @@ struct Deliver: ParsableCommand {
         discussion: """
             Each file or folder is copied whole and appears in the Inbox in one step (the app never \
             sees a partial file), never overwriting: a taken name gets a numbered suffix \
-            (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted \
+            (report.pdf, report-1.pdf; a name too long to take its number is shortened before it). Names are bytes: a name that is not UTF-8 is delivered as it is. Works whether the container is mounted or not; a mounted \
             container shows the files at once. A container with a capacity refuses a delivery that \
             would not fit (see 'containerfs capacity'). The copies belong to whoever runs deliver and \
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
@@ -35,11 +35,13 @@ struct Deliver: ParsableCommand {
             defer { settle() }
             let opened = try Store.open(store)
             try opened.requireApp(for: "deliver")
-            try Delivery.checkFits(files, into: opened)
+            // Paths and names are bytes, as given (a String replaces what is not UTF-8).
+            try Delivery.checkFits(files.map(rawArgument), into: opened)
             var delivered: [ContainerPath] = []
             for file in files {
-                let wanted = name.map { Array($0.utf8) } ?? Array(file.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
-                let used = try Delivery.deliver(file, as: wanted, into: opened)
+                let source = rawArgument(file)
+                let wanted = name.map(rawArgument) ?? Array(source.split(separator: UInt8(ascii: "/")).last ?? [])
+                let used = try Delivery.deliver(source, as: wanted, into: opened)
                 let path = StandardDirectory.inbox.path.appending(used)
                 delivered.append(path)
                 FileHandleOutput.standardOutput.write("delivered \(file) as \(path)\n")
