@@ -36,10 +36,10 @@ struct Deliver: ParsableCommand {
             let opened = try Store.open(store)
             try opened.requireApp(for: "deliver")
             // Paths and names are bytes, as given (a String replaces what is not UTF-8).
-            try Delivery.checkFits(files.map(rawArgument), into: opened)
+            let sources = rawArguments(files)
+            try Delivery.checkFits(sources, into: opened)
             var delivered: [ContainerPath] = []
-            for file in files {
-                let source = rawArgument(file)
+            for (file, source) in zip(files, sources) {
                 let wanted = name.map(rawArgument) ?? Array(source.split(separator: UInt8(ascii: "/")).last ?? [])
                 let used = try Delivery.deliver(source, as: wanted, into: opened)
                 let path = StandardDirectory.inbox.path.appending(used)

@@ -50,6 +50,9 @@ struct DeliverTests {
             for i in 1 2; do "$2" deliver "$3" "$1/$odd" >/dev/null || echo "odd $i failed"; done
             for i in 1 2 3; do "$2" deliver "$3" "$1/$long" >/dev/null || echo "long $i failed"; done
             "$2" deliver "$3" "$1/$odd" --as "$odd" >/dev/null || echo "as failed"
+            # Two names that differ only in bytes that are not UTF-8, in one command.
+            a=$(printf 'x\376'); b=$(printf 'x\377'); printf a > "$1/$a"; printf b > "$1/$b"
+            "$2" deliver "$3" "$1/$a" "$1/$b" >/dev/null || echo "pair failed"
             """#
         let result = try runProgram(["sh", "-c", script, "sh", folder, containerfsBinary, container.store])
         #expect(result.status == 0 && result.stdout.isEmpty, "\(result)")
@@ -68,7 +71,7 @@ struct DeliverTests {
         let long = Array(String(repeating: "0", count: 251).utf8) + Array(".pdf".utf8)
         let long1 = Array(String(repeating: "0", count: 249).utf8) + Array("-1.pdf".utf8)
         let long2 = Array(String(repeating: "0", count: 249).utf8) + Array("-2.pdf".utf8)
-        #expect(names == [odd, oddNumbered, oddAs, long, long1, long2], "\(names.map { ContainerPath.printable($0) })")
+        #expect(names == [odd, oddNumbered, oddAs, long, long1, long2, [0x78, 0xFE], [0x78, 0xFF]], "\(names.map { ContainerPath.printable($0) })")
     }
 
     @Test func deliverAsNamesTheFile() throws {
