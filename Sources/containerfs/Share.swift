@@ -58,9 +58,9 @@ struct Share: ParsableCommand {
                 }
             case "put":
                 let host = operands[0]
-                let name =
-                    operands.count > 1 ? rawArgument(operands[1]) : Array(rawArgument(host).split(separator: UInt8(ascii: "/")).last ?? [])
-                let path = try FileSharing.put(host, to: try FileSharing.components(name), in: opened)
+                let raw = rawArguments(operands)
+                let name = operands.count > 1 ? raw[1] : Array(raw[0].split(separator: UInt8(ascii: "/")).last ?? [])
+                let path = try FileSharing.put(raw[0], to: try FileSharing.components(name), in: opened)
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
             case "get":
