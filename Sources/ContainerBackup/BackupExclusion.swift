@@ -24,53 +24,62 @@ public enum BackupExclusion {
     /// the container's rules apply). Returns one note per path that stays excluded
     /// because a folder above it is.
     public static func set(_ excluded: Bool, paths: [String]) throws(UserError) -> [String] {
+        try set(excluded, rawPaths: paths.map { Array($0.utf8) })
+    }
+
+    /// As `set(_:paths:)`, with each path as the bytes given: names are bytes (SPEC §2),
+    /// so a file an app named with bytes that are not UTF-8 can be named.
+    public static func set(_ excluded: Bool, rawPaths: [[UInt8]]) throws(UserError) -> [String] {
         var notes: [String] = []
-        for path in paths {
-            let target = try ExclusionTarget.resolve(path)
+        for rawPath in rawPaths {
+            let target = try ExclusionTarget.resolve(rawPath)
             try target.set(excluded)
             if !excluded, let folder = target.excludedAncestor() {
-                notes.append("\(path) is included, but still not backed up: the folder \(folder) above it is excluded")
+                notes.append("\(target.path) is included, but still not backed up: the folder \(folder) above it is excluded")
             }
         }
         return notes
     }
 }
 
-/// A path the user named for `exclude` / `include`, found in a store or a mount.
+/// A path the user named for `exclude` / `include`, found in a store or a mount. Paths
+/// are bytes throughout; `path` is the printable form for messages.
 struct ExclusionTarget {
     /// How the attribute is reached.
     enum Access {
         /// Through a mount: a plain path, the daemon applies the container's rules.
-        case mount(mountpoint: String)
+        case mount(mountpoint: [UInt8])
         /// In a store, below its root: reached with `openat2` following no symlink.
-        case store(root: String, relative: ContainerPath)
+        case store(root: [UInt8], relative: ContainerPath)
     }
 
     let path: String
-    let absolute: String
+    let raw: [UInt8]
+    let absolute: [UInt8]
     let access: Access
 
-    /// Finds the container holding `path`; a path outside every container is an error.
-    static func resolve(_ path: String) throws(UserError) -> ExclusionTarget {
+    /// Finds the container holding `raw`; a path outside every container is an error.
+    static func resolve(_ raw: [UInt8]) throws(UserError) -> ExclusionTarget {
+        let path = ContainerPath.printable(raw)
         var info = stat()
-        guard lstat(path, &info) == 0 else {
+        guard withCName(raw, { lstat($0, &info) }) == 0 else {
             throw UserError("cannot exclude or include \(path): \(Errno.current)")
         }
-        let absolute = MountEntry.absolute(path)
+        let absolute = absolutePath(raw)
         // The innermost container mount holding the path wins.
-        let mounts = MountEntry.all().filter { $0.isContainer && isBelow(absolute, $0.mountpoint) }
+        let mounts = MountEntry.all().filter { $0.isContainer && isBelow(absolute, Array($0.mountpoint.utf8)) }
         if let mount = mounts.max(by: { $0.mountpoint.utf8.count < $1.mountpoint.utf8.count }) {
-            return ExclusionTarget(path: path, absolute: absolute, access: .mount(mountpoint: mount.mountpoint))
+            return ExclusionTarget(path: path, raw: raw, absolute: absolute, access: .mount(mountpoint: Array(mount.mountpoint.utf8)))
         }
         // The nearest folder at or above the path that is a store (holds .containerfs/format).
-        let bytes = Array(absolute.utf8)
+        let bytes = absolute
         var end = bytes.count
         while end > 0 {
-            let root = end == 1 ? "/" : String(decoding: bytes[..<end], as: UTF8.self)
+            let root = end == 1 ? [UInt8(ascii: "/")] : Array(bytes[..<end])
             if isStore(root) {
                 guard let relative = ContainerPath(bytes: bytes.dropFirst(end)) else { break }
                 try checkBackedUpArea(relative, path: path)
-                return ExclusionTarget(path: path, absolute: absolute, access: .store(root: root, relative: relative))
+                return ExclusionTarget(path: path, raw: raw, absolute: absolute, access: .store(root: root, relative: relative))
             }
             guard let slash = bytes[..<end].lastIndex(of: UInt8(ascii: "/")) else { break }
             end = slash == 0 && end > 1 ? 1 : slash
@@ -78,13 +87,30 @@ struct ExclusionTarget {
         throw UserError("\(path) is not inside a container store or a mounted container: name a file or folder in one")
     }
 
-    private static func isBelow(_ path: String, _ folder: String) -> Bool {
-        path == folder || path.hasPrefix(folder == "/" ? "/" : folder + "/")
+    /// `raw` from the root: its folder resolved (symlinks, `.`, `..`), its last name kept
+    /// as it is (the node itself, even a symlink).
+    private static func absolutePath(_ raw: [UInt8]) -> [UInt8] {
+        var bytes = raw
+        while bytes.count > 1, bytes.last == UInt8(ascii: "/") { bytes.removeLast() }
+        let slash = bytes.lastIndex(of: UInt8(ascii: "/"))
+        var parent = slash.map { $0 == 0 ? [UInt8(ascii: "/")] : Array(bytes[..<$0]) } ?? [UInt8(ascii: ".")]
+        var leaf = slash.map { Array(bytes[($0 + 1)...]) } ?? bytes
+        // `.` and `..` name a folder: resolved whole.
+        if leaf == [0x2E] || leaf == [0x2E, 0x2E] || leaf == [UInt8(ascii: "/")] { (parent, leaf) = (bytes, []) }
+        guard let real = withCName(parent, { realpath($0, nil) }) else { return bytes }
+        defer { free(real) }
+        let base = Array(UnsafeRawBufferPointer(start: real, count: strlen(real)))
+        if leaf.isEmpty { return base }
+        return (base == [UInt8(ascii: "/")] ? [] : base) + [UInt8(ascii: "/")] + leaf
     }
 
-    private static func isStore(_ candidate: String) -> Bool {
+    private static func isBelow(_ path: [UInt8], _ folder: [UInt8]) -> Bool {
+        path == folder || path.starts(with: folder == [UInt8(ascii: "/")] ? folder : folder + [UInt8(ascii: "/")])
+    }
+
+    private static func isStore(_ candidate: [UInt8]) -> Bool {
         var info = stat()
-        return lstat(candidate + "/.containerfs/format", &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+        return withCName(candidate + Array("/.containerfs/format".utf8), { lstat($0, &info) }) == 0 && info.st_mode & S_IFMT == S_IFREG
     }
 
     /// Only what a backup could hold can be excluded: `Documents/` and `Library/` but
@@ -125,7 +151,7 @@ struct ExclusionTarget {
 
     private var isSymlink: Bool {
         var info = stat()
-        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
+        return withCName(raw, { lstat($0, &info) }) == 0 && info.st_mode & S_IFMT == S_IFLNK
     }
 
     /// Runs `body` with a path naming the node that follows no symlink: the plain path
@@ -134,9 +160,9 @@ struct ExclusionTarget {
     private func withNode(_ body: (UnsafePointer<CChar>) throws(Errno) -> Void) throws(Errno) {
         switch access {
         case .mount:
-            try body(absolute)
+            try withCName(absolute) { (path) throws(Errno) in try body(path) }
         case .store(let root, let relative):
-            let rootFD = Glibc.open(root, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
+            let rootFD = withCName(root) { Glibc.open($0, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC) }
             guard rootFD >= 0 else { throw Errno.current }
             defer { close(rootFD) }
             let parent = ContainerPath(components: Array(relative.components.dropLast()))
@@ -154,18 +180,20 @@ struct ExclusionTarget {
 
     /// The nearest folder above the path (inside the container) that is excluded.
     func excludedAncestor() -> String? {
-        let stop: String
+        let stop: [UInt8]
         switch access {
         case .mount(let mountpoint): stop = mountpoint
         case .store(let root, _): stop = root
         }
         var folder = absolute
-        while let slash = folder.utf8.lastIndex(of: UInt8(ascii: "/")) {
-            folder = String(folder[..<slash])
-            guard folder.utf8.count > stop.utf8.count else { return nil }
+        while let slash = folder.lastIndex(of: UInt8(ascii: "/")) {
+            folder = Array(folder[..<slash])
+            guard folder.count > stop.count else { return nil }
             var value = [UInt8](repeating: 0, count: 256)
-            let count = value.withUnsafeMutableBytes { lgetxattr(folder, BackupExclusion.attributeName, $0.baseAddress, $0.count) }
-            if count >= 0, BackupExclusion.excludes(Array(value[0..<count])) { return folder }
+            let count = value.withUnsafeMutableBytes { buffer in
+                withCName(folder) { lgetxattr($0, BackupExclusion.attributeName, buffer.baseAddress, buffer.count) }
+            }
+            if count >= 0, BackupExclusion.excludes(Array(value[0..<count])) { return ContainerPath.printable(folder) }
         }
         return nil
     }

@@ -34,6 +34,10 @@ public struct BundleEntry: Equatable, Sendable {
     public var digest: [UInt8]
     /// A symlink's target, as bytes; empty for anything else.
     public var target: [UInt8]
+    /// How many names a file has in the store (`st_nlink`), as a scan finds it; not signed.
+    /// An install never makes a hard link, so an installed file has one: a second name
+    /// outside the bundle would let the app change the file through it.
+    public var links: UInt64 = 1
 
     /// An entry; `digest` for a file, `target` for a symlink.
     public init(path: [UInt8], kind: Kind, mode: UInt32, size: UInt64, digest: [UInt8] = [], target: [UInt8] = []) {
@@ -172,6 +176,7 @@ public struct BundleChange: Equatable, Sendable {
     public enum Kind: String, Sendable, Codable {
         case added, removed, content, mode, type
         case linkTarget = "link target"
+        case hardLink = "hard link"
     }
 
     /// The entry's path from the store's root.
@@ -198,6 +203,7 @@ public struct BundleChange: Equatable, Sendable {
             case .type: "type changed \(expected!.kind) -> \(found!.kind)"
             case .linkTarget:
                 "link target changed \"\(ContainerPath.printable(expected!.target))\" -> \"\(ContainerPath.printable(found!.target))\""
+            case .hardLink: "has \(found!.links) names (a hard link elsewhere could change it)"
             }
         }
         return "\(path): " + details.joined(separator: ", ")
@@ -234,6 +240,7 @@ extension BundleManifest {
                 } else {
                     if expected.kind == .file, expected.size != actual.size || expected.digest != actual.digest { kinds.append(.content) }
                     if expected.kind == .symlink, expected.target != actual.target { kinds.append(.linkTarget) }
+                    if expected.kind == .file, actual.links > 1 { kinds.append(.hardLink) }
                 }
                 if expected.mode != actual.mode { kinds.append(.mode) }
                 if !kinds.isEmpty { result.append(BundleChange(path: expected.path, kinds: kinds, expected: expected, found: actual)) }

@@ -125,6 +125,7 @@ struct BundleScan: Sendable {
         case S_IFREG:
             let identity = FileIdentity(info)
             var entry = BundleEntry(path: path, kind: .file, mode: mode, size: identity.size)
+            entry.links = UInt64(info.st_nlink)
             if let digest = cache[identity] {
                 entry.digest = digest
                 self.cache[identity] = digest

@@ -13,12 +13,14 @@ public enum Delivery {
     /// renamed into the Inbox in one step, so the app never sees a partial file. In a device
     /// folder with a capacity, `device` (made for this store) admits the copy as measured
     /// (SPEC §15); its caller finishes it once a mounted store's daemon has recounted.
-    public static func deliver(_ source: String, as name: [UInt8], into store: Store, device: DeviceInstall? = nil) throws(UserError) -> [UInt8] {
+    public static func deliver(_ source: [UInt8], as name: [UInt8], into store: Store, device: DeviceInstall? = nil) throws(UserError) -> [UInt8] {
+        // The path is bytes, as given: a name that is not UTF-8 is a name like any other.
+        let shown = ContainerPath.printable(source)
         var info = stat()
-        guard lstat(source, &info) == 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
+        guard withCName(source, { lstat($0, &info) }) == 0 else { throw UserError("cannot read \(shown): \(Errno.current)") }
         let type = info.st_mode & S_IFMT
         guard type == S_IFREG || type == S_IFDIR else {
-            throw UserError("\(source) is not a file or folder: only files and folders can be delivered")
+            throw UserError("\(shown) is not a file or folder: only files and folders can be delivered")
         }
         guard !name.isEmpty, !name.contains(UInt8(ascii: "/")), name != [0x2E], name != [0x2E, 0x2E] else {
             throw UserError.usage("bad name to deliver as: it must be a single file name")
@@ -28,7 +30,7 @@ public enum Delivery {
             defer { close(staging) }
             // Unpredictable, as every working name of a command that root may run.
             let temporary = StagingName.random(beside: name, "delivering")
-            try copy(source, type: type, to: temporary, in: staging)
+            try copy(source, shown: shown, type: type, to: temporary, in: staging)
             // Measured as copied, before it enters the container (SPEC §10), one delivery at
             // a time from the check to the rename: two at once could each fit alone.
             let lock = try withCName(stagingName) { (name) throws(Errno) in
@@ -38,8 +40,8 @@ public enum Delivery {
             do {
                 try sys { flock(lock, LOCK_EX) }
                 let bytes = Capacity.treeBytes(at: staging, temporary)
-                try Capacity.checkFits(store, adding: bytes, "deliver \(source) into \(store.path)")
-                try device?.admit(bytes, "deliver \(source) into \(store.path)", need: "the delivery adds")
+                try Capacity.checkFits(store, adding: bytes, "deliver \(shown) into \(store.path)")
+                try device?.admit(bytes, "deliver \(shown) into \(store.path)", need: "the delivery adds")
             } catch {
                 removeTree(at: staging, temporary)
                 throw error
@@ -63,27 +65,41 @@ public enum Delivery {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot deliver \(source) into \(store.path): \(error)")
+            throw UserError("cannot deliver \(shown) into \(store.path): \(error)")
         }
     }
 
     /// Refuses, before anything is copied, a delivery of several `sources` that would
     /// not fit in the container's capacity together, or in its device's (`device`) free
     /// space (each is checked exactly as it goes in).
-    public static func checkFits(_ sources: [String], into store: Store, device: DeviceInstall? = nil) throws(UserError) {
+    public static func checkFits(_ sources: [[UInt8]], into store: Store, device: DeviceInstall? = nil) throws(UserError) {
         guard sources.count > 1 else { return }
-        let bytes = sources.reduce(Int64(0)) { $0.addingSaturating(Capacity.treeBytes(at: AT_FDCWD, Array($1.utf8))) }
+        let bytes = sources.reduce(Int64(0)) { $0.addingSaturating(Capacity.treeBytes(at: AT_FDCWD, $1)) }
         let what = "deliver \(sources.count) files into \(store.path)"
         try Capacity.checkFits(store, adding: bytes, what)
         try device?.check(bytes, what, need: "the delivery adds")
     }
 
-    /// `name`, then `base-1.ext`, `base-2.ext`, … (the extension is what follows the last dot).
+    /// `name`, then `base-1.ext`, `base-2.ext`, … (the extension is what follows the last
+    /// dot). A numbered name never exceeds `NAME_MAX`: the base is shortened to make room
+    /// for the suffix (at a character's start, when it is UTF-8), and an extension too long
+    /// to keep is numbered as part of the base.
     static func candidates(for name: [UInt8]) -> some Sequence<[UInt8]> {
         let dot = name.lastIndex(of: UInt8(ascii: ".")).flatMap { $0 > 0 ? $0 : nil }
-        let base = dot.map { Array(name[..<$0]) } ?? name
-        let ext = dot.map { Array(name[$0...]) } ?? []
-        return [name].lazy + (1..<100_000).lazy.map { base + Array("-\($0)".utf8) + ext }
+        let longestSuffix = 6   // "-99999"
+        let (base, ext): ([UInt8], [UInt8]) = if let dot, name.count - dot + longestSuffix < Int(NAME_MAX) {
+            (Array(name[..<dot]), Array(name[dot...]))
+        } else {
+            (name, [])
+        }
+        return [name].lazy + (1..<100_000).lazy.map { number in
+            let suffix = Array("-\(number)".utf8)
+            var kept = base.prefix(max(0, Int(NAME_MAX) - suffix.count - ext.count))
+            // Not half a character: while the first byte cut off continues a UTF-8
+            // sequence, the cut moves back to that sequence's lead byte.
+            while !kept.isEmpty, kept.count < base.count, base[kept.endIndex] & 0xC0 == 0x80 { kept = kept.dropLast() }
+            return Array(kept) + suffix + ext
+        }
     }
 
     private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
@@ -92,12 +108,12 @@ public enum Delivery {
         return try openDirectory(at: store.stateFD, stagingName)
     }
 
-    private static func copy(_ source: String, type: mode_t, to name: [UInt8], in directory: Int32) throws {
-        let sourceFD = Glibc.open(source, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (type == S_IFDIR ? O_DIRECTORY : 0))
+    private static func copy(_ source: [UInt8], shown: String, type: mode_t, to name: [UInt8], in directory: Int32) throws {
+        let sourceFD = withCName(source) { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (type == S_IFDIR ? O_DIRECTORY : 0)) }
         guard sourceFD >= 0 else { throw Errno.current }
         defer { close(sourceFD) }
         if type == S_IFDIR {
-            try TreeCopy.copyDirectory(from: sourceFD, toNew: name, in: directory, source: source)
+            try TreeCopy.copyDirectory(from: sourceFD, toNew: name, in: directory, source: shown)
         } else {
             try TreeCopy.copyFile(from: sourceFD, toNew: name, in: directory)
         }

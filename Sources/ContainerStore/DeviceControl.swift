@@ -107,8 +107,10 @@ public enum ProtectionSetting {
     /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, never through a symlink.
     /// Returns the node's path in the container.
     @discardableResult
-    public static func protect(_ path: String, _ protection: ProtectionClass) throws(UserError) -> ContainerPath {
-        let (store, relative) = try locate(path)
+    public static func protect(_ rawPath: [UInt8], _ protection: ProtectionClass) throws(UserError) -> ContainerPath {
+        // Names are bytes (SPEC §2): one an app made that is not UTF-8 is named as it is.
+        let path = ContainerPath.printable(rawPath)
+        let (store, relative) = try locate(rawPath, shown: path)
         let location = store.layout.location(of: relative)
         switch location.area {
         case .bundle: throw UserError("\(path) is in the app bundle, which holds no data to protect: name a file or folder of Documents, Library or tmp")
@@ -133,10 +135,14 @@ public enum ProtectionSetting {
 
     /// The store `path` lies in, and its path in the container: the nearest folder up from
     /// `path`'s parent (symlinks resolved) that holds a store's state folder.
-    private static func locate(_ path: String) throws(UserError) -> (Store, ContainerPath) {
-        let (parent, leaf) = Store.splitParent(path)
-        guard let resolved = realpath(parent, nil) else {
-            throw UserError("no folder \(parent) (\(Errno.current)): name a file or folder inside a container's store")
+    private static func locate(_ rawPath: [UInt8], shown path: String) throws(UserError) -> (Store, ContainerPath) {
+        var bytes = rawPath
+        while bytes.count > 1, bytes.last == UInt8(ascii: "/") { bytes.removeLast() }
+        let slash = bytes.lastIndex(of: UInt8(ascii: "/"))
+        let parent = slash.map { $0 == 0 ? [UInt8(ascii: "/")] : Array(bytes[..<$0]) } ?? [UInt8(ascii: ".")]
+        let leaf = slash.map { Array(bytes[($0 + 1)...]) } ?? bytes
+        guard let resolved = withCName(parent, { realpath($0, nil) }) else {
+            throw UserError("no folder \(ContainerPath.printable(parent)) (\(Errno.current)): name a file or folder inside a container's store")
         }
         defer { free(resolved) }
         var folder = Array(UnsafeRawBufferPointer(start: resolved, count: strlen(resolved)))

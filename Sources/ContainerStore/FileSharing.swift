@@ -115,11 +115,13 @@ public enum FileSharing {
     /// Copies the host file or folder `source` to `Documents/components…`. A file replaces
     /// a file of that name atomically (the app sees the old or the new, whole); anything
     /// else already there is refused. Returns the container path, for the kernel to forget.
-    public static func put(_ source: String, to components: [[UInt8]], in store: Store) throws(UserError) -> ContainerPath {
+    public static func put(_ sourcePath: [UInt8], to components: [[UInt8]], in store: Store) throws(UserError) -> ContainerPath {
+        // The host path is bytes, as given: a name that is not UTF-8 is a name like any other.
+        let source = ContainerPath.printable(sourcePath)
         guard let name = components.last else { throw UserError.usage("name where in Documents/ to put \(source)") }
         let target = containerPath(components)
         var info = stat()
-        guard lstat(source, &info) == 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
+        guard withCName(sourcePath, { lstat($0, &info) }) == 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
         let sourceType = info.st_mode & S_IFMT
         guard sourceType == S_IFREG || sourceType == S_IFDIR else {
             throw UserError("\(source) is not a file or folder: file sharing copies files and folders")
@@ -137,7 +139,7 @@ public enum FileSharing {
             defer { close(staging) }
             let temporary = StagingName.random(beside: name, "sharing")
             do {
-                let sourceFD = Glibc.open(source, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (sourceType == S_IFDIR ? O_DIRECTORY : 0))
+                let sourceFD = withCName(sourcePath) { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (sourceType == S_IFDIR ? O_DIRECTORY : 0)) }
                 guard sourceFD >= 0 else { throw Errno.current }
                 defer { close(sourceFD) }
                 if sourceType == S_IFDIR {

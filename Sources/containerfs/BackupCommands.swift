@@ -242,7 +242,7 @@ struct ExcludeCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            _ = try BackupExclusion.set(true, paths: paths)
+            _ = try BackupExclusion.set(true, rawPaths: rawArguments(paths))   // names are bytes
         }
     }
 }
@@ -259,7 +259,7 @@ struct IncludeCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            for note in try BackupExclusion.set(false, paths: paths) {
+            for note in try BackupExclusion.set(false, rawPaths: rawArguments(paths)) {
                 FileHandleOutput.standardError.write("containerfs: note: \(note)\n")
             }
         }

@@ -8,7 +8,7 @@ struct Deliver: ParsableCommand {
         discussion: """
             Each file or folder is copied whole and appears in the Inbox in one step (the app never \
             sees a partial file), never overwriting: a taken name gets a numbered suffix \
-            (report.pdf, report-1.pdf). Works whether the container is mounted or not; a mounted \
+            (report.pdf, report-1.pdf; a name too long to take its number is shortened before it). Names are bytes: a name that is not UTF-8 is delivered as it is. Works whether the container is mounted or not; a mounted \
             container shows the files at once. A container with a capacity refuses a delivery that \
             would not fit (see 'containerfs capacity'), and so does a container of a device folder \
             with a capacity when the device has less free, mounted or not: one line says how much \
@@ -35,15 +35,17 @@ struct Deliver: ParsableCommand {
         try reportingErrors {
             let opened = try Store.open(store)
             try opened.requireApp(for: "deliver")
-            try Delivery.checkFits(files, into: opened, device: DeviceInstall(storePaths: [store]))
-            for file in files {
+            // Paths and names are bytes, as given (a String replaces what is not UTF-8).
+            let sources = rawArguments(files)
+            try Delivery.checkFits(sources, into: opened, device: DeviceInstall(storePaths: [store]))
+            for (file, source) in zip(files, sources) {
                 // A device with a capacity refuses what does not fit; what fits goes to its
                 // live count (docs/capacity.md, "Installing on a full device"), one file at
                 // a time: the device's lock is held from the measure to the rename only.
                 let device = DeviceInstall(storePaths: [store])
                 defer { device.finish() }
-                let wanted = name.map { Array($0.utf8) } ?? Array(file.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
-                let used = try Delivery.deliver(file, as: wanted, into: opened, device: device)
+                let wanted = name.map(rawArgument) ?? Array(source.split(separator: UInt8(ascii: "/")).last ?? [])
+                let used = try Delivery.deliver(source, as: wanted, into: opened, device: device)
                 let path = StandardDirectory.inbox.path.appending(used)
                 // A mounted container's daemon counts the file (a recount) before the
                 // device's reservation of it is given back.

@@ -58,9 +58,9 @@ struct Share: ParsableCommand {
                 }
             case "put":
                 let host = operands[0]
-                let name =
-                    operands.count > 1 ? rawArgument(operands[1]) : Array(rawArgument(host).split(separator: UInt8(ascii: "/")).last ?? [])
-                let path = try FileSharing.put(host, to: try FileSharing.components(name), in: opened)
+                let raw = rawArguments(operands)
+                let name = operands.count > 1 ? raw[1] : Array(raw[0].split(separator: UInt8(ascii: "/")).last ?? [])
+                let path = try FileSharing.put(raw[0], to: try FileSharing.components(name), in: opened)
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
             case "get":
@@ -87,10 +87,23 @@ struct Share: ParsableCommand {
 /// Strings, which replace bytes that are not UTF-8; names in a container are bytes, so the
 /// raw argument whose decoding it is is used instead (the String's own bytes if none is).
 func rawArgument(_ argument: String) -> [UInt8] {
+    rawArguments([argument])[0]
+}
+
+/// The bytes each of `arguments` (an array option's values, in their order on the command
+/// line) was given as: the n-th value that decodes to a String is the n-th such argument,
+/// so two arguments that differ only in bytes that are not UTF-8 stay two.
+func rawArguments(_ arguments: [String]) -> [[UInt8]] {
+    var argv: [[UInt8]] = []
     for index in 1..<Int(CommandLine.argc) {
         guard let pointer = CommandLine.unsafeArgv[index] else { continue }
-        let raw = Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer)))
-        if String(decoding: raw, as: UTF8.self) == argument { return raw }
+        argv.append(Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))))
     }
-    return Array(argument.utf8)
+    var seen: [String: Int] = [:]
+    return arguments.map { argument in
+        let matches = argv.filter { String(decoding: $0, as: UTF8.self) == argument }
+        let occurrence = seen[argument, default: 0]
+        seen[argument] = occurrence + 1
+        return matches.isEmpty ? Array(argument.utf8) : matches[min(occurrence, matches.count - 1)]
+    }
 }

@@ -8,7 +8,7 @@ struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check a container's bundle against the manifest signed at install.",
         discussion:
-            "Prints one line per entry added, removed, or changed in content, mode, type or link target, and a warning per symlink leading outside the bundle. "
+            "Prints one line per entry added, removed, or changed in content, mode, type or link target, or hard-linked to another name in the store, and a warning per symlink leading outside the bundle. "
             + "Exit status 0 only when the signature holds for the installer key and nothing changed; 1 otherwise, including a manifest or signature that is missing, truncated, edited or made with another key. "
             + "Files unchanged since they were last hashed (same inode, size, ctime and mtime) are taken from a cache; --full reads every file."
     )

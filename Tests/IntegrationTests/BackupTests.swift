@@ -68,6 +68,31 @@ struct BackupCLITests {
         #expect(inside.status == 64 && inside.stderr.contains("inside the container"), "\(inside)")
     }
 
+    /// Names are bytes (SPEC §2): a folder and a file an app named with bytes that are not
+    /// UTF-8 are excluded and included from outside, in the store and through a mount
+    /// (before, "No such file or directory": the argument went through a String).
+    @Test func excludeAndIncludeTakeNamesAsBytes() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        defer { container.unmount() }
+        let script = #"""
+            odd=$(printf 'r\351\377'); mkdir "$1/Documents/d$odd"; : > "$1/Documents/d$odd/f$odd"
+            "$3" exclude "$1/Documents/d$odd/f$odd" "$2/Documents/d$odd" || exit 1
+            getfattr --only-values -n user.containerfs.exclude-from-backup "$1/Documents/d$odd/f$odd"; echo
+            getfattr --only-values -n user.containerfs.exclude-from-backup "$1/Documents/d$odd"; echo
+            "$3" include "$2/Documents/d$odd/f$odd" 2>&1 || exit 1
+            "$3" include "$1/Documents/d$odd" || exit 1
+            getfattr -n user.containerfs.exclude-from-backup "$1/Documents/d$odd" 2>/dev/null || echo included
+            """#
+        let result = try runProgram(["sh", "-c", script, "sh", container.store, container.mountpoint, containerfsBinary])
+        #expect(result.status == 0, "\(result)")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(result)")
+        #expect(lines.prefix(2) == ["1", "1"], "\(result)")
+        #expect(lines.count > 2 && lines[2].contains("is included, but still not backed up") && lines[2].contains("/Documents/dr\\xe9\\xff above"), "\(result)")
+        #expect(lines.last == "included", "\(result)")
+    }
+
     /// A backup taken while mounted restores into a container that verifies and mounts,
     /// with its data, empty caches and tmp, and a fresh bundle.
     @Test func restoredContainerVerifiesAndMounts() throws {

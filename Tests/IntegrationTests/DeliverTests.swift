@@ -1,3 +1,4 @@
+import ContainerPolicy
 import Foundation
 import Glibc
 import Testing
@@ -33,6 +34,44 @@ struct DeliverTests {
         // A name without an extension is numbered at its end.
         for _ in 0..<2 { try containerfs(["deliver", container.store, try hostFile(container, "README", "r")]) }
         #expect(FileManager.default.fileExists(atPath: container.stored("Documents/Inbox/README-1")))
+    }
+
+    /// Names are bytes (SPEC §2): a name that is not UTF-8 is delivered as it is, and a
+    /// name of 255 bytes taken already gets its suffix by shortening its base, never
+    /// `ENAMETOOLONG` (an attack found both refused).
+    @Test func oddAndLongNamesAreDeliveredAsTheyAre() throws {
+        let container = try MountedContainer()
+        let folder = container.base + "/outside-odd"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        // The arguments made by the shell: a Swift String cannot carry the byte 0xFF.
+        let script = #"""
+            odd=$(printf 'r\351sum\303\251\377.txt'); long=$(printf '%0251d.pdf' 0)
+            printf odd > "$1/$odd"; printf long > "$1/$long"
+            for i in 1 2; do "$2" deliver "$3" "$1/$odd" >/dev/null || echo "odd $i failed"; done
+            for i in 1 2 3; do "$2" deliver "$3" "$1/$long" >/dev/null || echo "long $i failed"; done
+            "$2" deliver "$3" "$1/$odd" --as "$odd" >/dev/null || echo "as failed"
+            # Two names that differ only in bytes that are not UTF-8, in one command.
+            a=$(printf 'x\376'); b=$(printf 'x\377'); printf a > "$1/$a"; printf b > "$1/$b"
+            "$2" deliver "$3" "$1/$a" "$1/$b" >/dev/null || echo "pair failed"
+            """#
+        let result = try runProgram(["sh", "-c", script, "sh", folder, containerfsBinary, container.store])
+        #expect(result.status == 0 && result.stdout.isEmpty, "\(result)")
+        var names = Set<[UInt8]>()
+        let stream = try #require(opendir(container.stored("Documents/Inbox")))
+        defer { closedir(stream) }
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
+            if name != [0x2E], name != [0x2E, 0x2E] { names.insert(name) }
+        }
+        // "r", é in Latin-1, "sum", é in UTF-8, then 0xFF.
+        let oddBase: [UInt8] = [0x72, 0xE9, 0x73, 0x75, 0x6D, 0xC3, 0xA9, 0xFF]
+        let odd = oddBase + Array(".txt".utf8)
+        let oddNumbered = oddBase + Array("-1.txt".utf8)
+        let oddAs = oddBase + Array("-2.txt".utf8)
+        let long = Array(String(repeating: "0", count: 251).utf8) + Array(".pdf".utf8)
+        let long1 = Array(String(repeating: "0", count: 249).utf8) + Array("-1.pdf".utf8)
+        let long2 = Array(String(repeating: "0", count: 249).utf8) + Array("-2.pdf".utf8)
+        #expect(names == [odd, oddNumbered, oddAs, long, long1, long2, [0x78, 0xFE], [0x78, 0xFF]], "\(names.map { ContainerPath.printable($0) })")
     }
 
     @Test func deliverAsNamesTheFile() throws {

@@ -485,6 +485,51 @@ struct RunConfinementTests {
         try expectCleanedUp(container)
     }
 
+    // MARK: Kernel keyrings
+
+    /// The caller's session keyring (Kerberos tickets, tokens a login put there) is
+    /// inherited across fork and exec, and whoever possesses it reads every key in it
+    /// whatever their uid: the program must not reach it, nor any keyring (an attack
+    /// found it readable, as root and as an ordinary user).
+    @Test(arguments: runners)
+    func theCallersKeyringsStayOutside(runner: String?) throws {
+        let container = try MountedContainer(user: runner)
+        // The caller joins a fresh session keyring, puts a secret in it and execs `run`.
+        let caller = """
+            import ctypes, os, sys
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            assert libc.syscall(250, ctypes.c_long(1), None) > 0, "join"   # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)
+            assert libc.syscall(248, b"user", b"cfs-secret", b"keyring-secret-value", ctypes.c_size_t(20), ctypes.c_long(-3)) > 0, "add_key"
+            os.execv(sys.argv[1], sys.argv[1:])
+            """
+        let program = """
+            import ctypes, errno
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            def outcome(result):
+                return "allowed" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+            found = libc.syscall(250, ctypes.c_long(10), ctypes.c_long(-3), b"user", b"cfs-secret", ctypes.c_long(0))
+            print("search", outcome(found))
+            if found >= 0:
+                buffer = ctypes.create_string_buffer(64)
+                libc.syscall(250, ctypes.c_long(11), ctypes.c_long(found), buffer, ctypes.c_long(64))
+                print("read", buffer.value.decode())
+            print("session", outcome(libc.syscall(250, ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))))
+            print("add_key", outcome(libc.syscall(248, b"user", b"planted", b"x", ctypes.c_size_t(1), ctypes.c_long(-4))))
+            print("request_key", outcome(libc.syscall(249, b"user", b"cfs-secret", None, ctypes.c_long(0))))
+            """
+        let result = try runProgram(["/usr/bin/python3", "-c", caller, containerfsBinary, "run", container.store, "--", "python3", "-c", program],
+                                    user: runner)
+        #expect(result.status == 0, "\(result)")
+        #expect(!result.stdout.contains("keyring-secret-value"), "the program read the caller's key: \(result)")
+        let outcomes = labelledStatuses(result.stdout)
+        for call in ["search", "session", "add_key", "request_key"] {
+            #expect(outcomes[call] == "ENOSYS", "\(call): \(result)")
+        }
+        try expectCleanedUp(container)
+    }
+
     // MARK: Helpers
 
     /// Runs `sh -c script` under `containerfs run` as the container's user.

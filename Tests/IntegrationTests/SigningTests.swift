@@ -215,6 +215,25 @@ struct SigningTests {
         container.unmount()
     }
 
+    /// A bundle file with a second name outside the bundle, planted in the store: the app
+    /// would rewrite its own signed bundle through `Documents/` (an allowed write), a
+    /// tampered bundle that launched. No install makes a hard link, so it is refused.
+    @Test func aBundleFileHardLinkedOutOfTheBundleIsRefused() throws {
+        let container = try SignedStore()
+        #expect(link(container.stored("Demo.app/run.sh"), container.stored("Documents/run.sh")) == 0)
+        let verified = try container.run(["verify", container.store])
+        #expect(verified.status == 1, "\(verified)")
+        #expect(verified.stdout.hasPrefix("Demo.app/run.sh: has 2 names (a hard link elsewhere could change it)\n"), "\(verified)")
+        let mounted = try container.run(["mount", container.store, container.mountpoint])
+        defer { container.unmount() }
+        #expect(mounted.status == 1, "\(mounted)")
+        #expect(mounted.stderr == "containerfs: bundle of \(container.store) was changed: Demo.app/run.sh (hard link); \(reinstall)\n")
+        #expect(!isMountPoint(container.mountpoint))
+        // The second name gone, it launches again.
+        unlink(container.stored("Documents/run.sh"))
+        #expect(try container.run(["verify", container.store]).status == 0)
+    }
+
     @Test func mountWorksOnACleanBundle() throws {
         let container = try SignedStore()
         let result = try container.run(["mount", container.store, container.mountpoint])

@@ -88,8 +88,8 @@ int clinux_setfsuid(uid_t uid);
 int clinux_setfsgid(gid_t gid);
 
 /// Writes to `fd` the classic-BPF seccomp program that `containerfs run` hands bubblewrap
-/// (`--seccomp FD`): ioctl(2) with TIOCSTI or TIOCLINUX fails with EPERM, in every ABI
-/// of this architecture (x86_64 with i386 and x32; aarch64 with arm). -1 with errno
+/// (`--seccomp FD`): ioctl(2) with TIOCSTI or TIOCLINUX fails with EPERM, and add_key,
+/// request_key and keyctl fail with ENOSYS, in every ABI of this architecture (x86_64 with i386 and x32; aarch64 with arm). -1 with errno
 /// ENOSYS on another architecture, or the write's errno.
 int clinux_write_terminal_filter(int fd);
 
