@@ -60,7 +60,13 @@ struct Share: ParsableCommand {
                 let host = operands[0]
                 let name =
                     operands.count > 1 ? rawArgument(operands[1]) : Array(rawArgument(host).split(separator: UInt8(ascii: "/")).last ?? [])
-                let path = try FileSharing.put(host, to: try FileSharing.components(name), in: opened)
+                // A device with a capacity refuses what does not fit; what fits goes to its
+                // live count (docs/capacity.md, "Installing on a full device"), as `deliver`.
+                let device = DeviceInstall(storePaths: [store])
+                defer { device.finish() }
+                let path = try FileSharing.put(host, to: try FileSharing.components(name), in: opened, device: device)
+                // A mounted container's daemon counts the file (a recount) before the
+                // device's reservation of it is given back.
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
             case "get":

@@ -3,7 +3,7 @@ import Glibc
 import Testing
 
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
-/// `create --group`, `create-group`, `restore`, `update` and `deliver` into a device folder
+/// `create --group`, `create-group`, `restore`, `update`, `deliver` and `share put` into a device folder
 /// with a capacity refuse, with one line and exit 1, what would not fit in the device's
 /// free space, and leave nothing behind; what fits exactly is installed, and the device's
 /// count (a walk, the daemons' ledger) agrees with du afterwards.
@@ -349,5 +349,75 @@ struct DeviceFullTests {
         let stores = [device.app, device.widget, device.other, device.groupStore]
         let counted = try ledger(device), walked = try du(stores)
         #expect(counted == walked && walked == used + growth + need, "ledger \(counted), du \(walked), expected \(used + growth + need)")
+    }
+
+    /// The app and the other app updated (before the device gets a capacity) to a bundle
+    /// whose Info.plist enables file sharing, so that `share put` takes files into them.
+    private func shareDocuments(_ device: GroupDevice) throws {
+        let bundle = device.base + "/Sharing.app"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try Data(ShareTests.sharingXML).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        for store in [device.app, device.other] {
+            let updated = try containerfs(["update", store, "--bundle", bundle])
+            guard updated.status == 0 else { throw TestFailure("update to a sharing bundle: \(updated)") }
+        }
+    }
+
+    /// No container mounted: `share put` one block short of the device's room is refused,
+    /// Documents/ unchanged and nothing left aside; an exact fit goes in; a replacement by a
+    /// file of the same size adds nothing and goes in on the full device.
+    @Test func sharePutIsRefusedOnAFullDevice() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        let (file, need) = try document(device, "notes.txt", 100_000)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need - 4096)"]).status == 0)
+        let documents = try names(device.app + "/Documents")
+        let short = try containerfs(["share", device.app, "put", file])
+        expectRefused(short, device)
+        #expect(short.stderr.contains("cannot put \(file) into \(device.app): the copy adds \(need) bytes"), "counted in blocks, as du counts: \(short)")
+        #expect(try names(device.app + "/Documents") == documents && names(device.app + "/.containerfs/incoming") == [], "the refused put left nothing")
+        #expect(try deviceUsed(device) == used)
+
+        #expect(try containerfs(["capacity", device.device, "\(used + need)"]).status == 0)
+        let exact = try containerfs(["share", device.app, "put", file])
+        #expect(exact.status == 0, "an exact fit goes in: \(exact)")
+        #expect(try names(device.app + "/Documents") == (documents + ["notes.txt"]).sorted())
+        let replaced = try containerfs(["share", device.app, "put", file])
+        #expect(replaced.status == 0, "a replacement of the same size adds nothing: \(replaced)")
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        #expect(try deviceUsed(device) == used + need && du(stores) == used + need)
+    }
+
+    /// The app mounted by its run (with its group): the daemons' ledger is the count. A
+    /// `share put` into the mounted app (its daemon counts it) and one into the other app
+    /// (not mounted, its sibling is) fit; a third is refused. After the unmount the ledger
+    /// equals du of the device.
+    @Test func sharePutWhileTheDeviceIsMountedCountsInTheLedger() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        let (file, need) = try document(device, "notes.txt", 100_000)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need + need + need / 2)"]).status == 0)
+        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/a.up"))
+        let attached = try containerfs(["capacity", device.device])
+        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)")
+
+        let mounted = try containerfs(["share", device.app, "put", file])
+        #expect(mounted.status == 0, "\(mounted)")
+        let sibling = try containerfs(["share", device.other, "put", file])
+        #expect(sibling.status == 0, "\(sibling)")
+        let documents = try names(device.other + "/Documents")
+        let third = try containerfs(["share", device.other, "put", file, "more.txt"])
+        expectRefused(third, device)
+        #expect(try names(device.other + "/Documents") == documents && names(device.other + "/.containerfs/incoming") == [])
+
+        // The run ends (and unmounts) on SIGTERM, as the other device tests end theirs.
+        kill(app.pid, SIGTERM)
+        _ = app.wait()
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked == used + need + need, "ledger \(counted), du \(walked), expected \(used + need + need)")
     }
 }
