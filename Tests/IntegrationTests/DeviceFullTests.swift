@@ -312,6 +312,27 @@ struct DeviceFullTests {
         #expect(try deviceUsed(device) == used2 + need && du(stores) == used2 + need)
     }
 
+    /// The app run in the background, mounted with its group until `endRun`: its daemons
+    /// keep the device's ledger meanwhile.
+    private func runApp(_ device: GroupDevice, sourceLocation: SourceLocation = #_sourceLocation) throws -> BackgroundProgram {
+        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/a.up"), sourceLocation: sourceLocation)
+        let attached = try containerfs(["capacity", device.device])
+        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)", sourceLocation: sourceLocation)
+        return app
+    }
+
+    /// Ends `runApp`'s run (it unmounts on SIGTERM, as the other device tests end theirs);
+    /// the ledger its daemons kept must equal du of the device, and `expected`.
+    private func endRun(_ app: BackgroundProgram, _ device: GroupDevice, expectingTheLedger expected: Int64,
+                        sourceLocation: SourceLocation = #_sourceLocation) throws {
+        kill(app.pid, SIGTERM)
+        _ = app.wait()
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked == expected, "ledger \(counted), du \(walked), expected \(expected)", sourceLocation: sourceLocation)
+    }
+
     /// The app mounted by its run (with its group): the daemons' ledger is the count. An
     /// update of another app that fits is reserved in it and one that no longer fits is
     /// refused (the old app still launches); a delivery into the mounted app itself, which
@@ -325,10 +346,7 @@ struct DeviceFullTests {
         let used = try deviceUsed(device)
         #expect(growth > need + need / 2, "the second update cannot fit where the deliveries' room is")
         #expect(try containerfs(["capacity", device.device, "\(used + growth + need + need / 2)"]).status == 0)
-        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
-        #expect(waitForFile(device.groupStore + "/a.up"))
-        let attached = try containerfs(["capacity", device.device])
-        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)")
+        let app = try runApp(device)
 
         let fits = try containerfs(["update", device.other, "--bundle", bundle])
         #expect(fits.status == 0, "\(fits)")
@@ -341,14 +359,9 @@ struct DeviceFullTests {
         expectRefused(again, device)
         #expect(try names(device.app + "/Documents/Inbox") == ["report.pdf"] && names(device.app + "/.containerfs/incoming") == [])
 
-        // The run ends (and unmounts) on SIGTERM, as the other device tests end theirs.
-        kill(app.pid, SIGTERM)
-        _ = app.wait()
+        try endRun(app, device, expectingTheLedger: used + growth + need)
         let old = try launch(device.widget, reading: "Demo.app/Info.plist")
         #expect(old.status == 0 && old.stdout == "<plist>demo</plist>\n", "the refused update left the old app: \(old)")
-        let stores = [device.app, device.widget, device.other, device.groupStore]
-        let counted = try ledger(device), walked = try du(stores)
-        #expect(counted == walked && walked == used + growth + need, "ledger \(counted), du \(walked), expected \(used + growth + need)")
     }
 
     /// The app and the other app updated (before the device gets a capacity) to a bundle
@@ -399,10 +412,7 @@ struct DeviceFullTests {
         let (file, need) = try document(device, "notes.txt", 100_000)
         let used = try deviceUsed(device)
         #expect(try containerfs(["capacity", device.device, "\(used + need + need + need / 2)"]).status == 0)
-        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
-        #expect(waitForFile(device.groupStore + "/a.up"))
-        let attached = try containerfs(["capacity", device.device])
-        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)")
+        let app = try runApp(device)
 
         let mounted = try containerfs(["share", device.app, "put", file])
         #expect(mounted.status == 0, "\(mounted)")
@@ -413,11 +423,6 @@ struct DeviceFullTests {
         expectRefused(third, device)
         #expect(try names(device.other + "/Documents") == documents && names(device.other + "/.containerfs/incoming") == [])
 
-        // The run ends (and unmounts) on SIGTERM, as the other device tests end theirs.
-        kill(app.pid, SIGTERM)
-        _ = app.wait()
-        let stores = [device.app, device.widget, device.other, device.groupStore]
-        let counted = try ledger(device), walked = try du(stores)
-        #expect(counted == walked && walked == used + need + need, "ledger \(counted), du \(walked), expected \(used + need + need)")
+        try endRun(app, device, expectingTheLedger: used + need + need)
     }
 }
