@@ -21,7 +21,11 @@ struct Share: ParsableCommand {
             starting with .) and Documents/Inbox/ are neither shown nor reachable, symlinks \
             in the store are never followed, and only files and folders are shown. Works \
             whether the container is mounted or not: a running app's mount shows the change \
-            at once. See docs/lifecycle.md.
+            at once. put is held to the container's capacity (see 'containerfs capacity'), \
+            and to its device's free space in a device folder with a capacity, mounted or \
+            not: one line says how much the copy adds in blocks (less the file it replaces) \
+            and how much is free, and Documents/ is left as it was (exit 1); see \
+            docs/capacity.md, "Installing on a full device". See docs/lifecycle.md.
             """)
 
     @Argument(help: "The container's store.")
