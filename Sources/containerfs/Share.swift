@@ -79,6 +79,10 @@ struct Share: ParsableCommand {
                 let written = try FileSharing.get(components, from: opened, to: destination)
                 FileHandleOutput.standardOutput.write("got \(FileSharing.containerPath(components)) as \(written)\n")
             case "rm":
+                // What it frees goes to the device's live count while a sibling is mounted
+                // (docs/capacity.md); a mounted container's daemon recounts at the invalidate.
+                let settle = deviceChanges([store])
+                defer { settle() }
                 let path = try FileSharing.remove(try FileSharing.components(rawArgument(operands[0])), from: opened)
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("removed \(path)\n")

@@ -404,8 +404,8 @@ struct DeviceFullTests {
 
     /// The app mounted by its run (with its group): the daemons' ledger is the count. A
     /// `share put` into the mounted app (its daemon counts it) and one into the other app
-    /// (not mounted, its sibling is) fit; a third is refused. After the unmount the ledger
-    /// equals du of the device.
+    /// (not mounted, its sibling is) fit; a third is refused, and fits once `share rm` has
+    /// freed the other app's file. After the unmount the ledger equals du of the device.
     @Test func sharePutWhileTheDeviceIsMountedCountsInTheLedger() throws {
         let device = try GroupDevice()
         try shareDocuments(device)
@@ -422,6 +422,11 @@ struct DeviceFullTests {
         let third = try containerfs(["share", device.other, "put", file, "more.txt"])
         expectRefused(third, device)
         #expect(try names(device.other + "/Documents") == documents && names(device.other + "/.containerfs/incoming") == [])
+        // What share rm frees in the sibling is given back to the ledger at once: the same
+        // file now fits.
+        #expect(try containerfs(["share", device.other, "rm", "notes.txt"]).status == 0)
+        let freed = try containerfs(["share", device.other, "put", file, "more.txt"])
+        #expect(freed.status == 0, "share rm gave its room back to the ledger: \(freed)")
 
         try endRun(app, device, expectingTheLedger: used + need + need)
     }
