@@ -3,7 +3,8 @@ import Glibc
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
 /// `create-group` and `restore` into a device folder with a capacity refuse a container
 /// that would not fit in the device's free space, as an App Store install on a full iPhone
-/// is refused, and leave nothing behind; `update` and `deliver` so refuse what they add.
+/// is refused, and leave nothing behind; `update`, `deliver` and `share put` so refuse what
+/// they add.
 ///
 /// The container is built aside first (a hidden sibling, which no count of the device
 /// includes) and measured there exactly as the device counts it (`Capacity.usedBytes`:
@@ -18,11 +19,12 @@ import Glibc
 ///   every other install out until this one is in place (and a daemon's first attach,
 ///   which walks), so two installs never both take the last free space.
 ///
-/// `update` and `deliver` admit the same way what they add to an existing container (the
-/// new bundle less the old one and `tmp/`; the files for the Inbox, copied aside in the
-/// state folder, which no count includes). A container mounted itself is counted by its
-/// daemon: `deliver` has it recount before `finish` gives the reservation back, so that
-/// the ledger never misses the delivery meanwhile.
+/// `update`, `deliver` and `share put` admit the same way what they add to an existing
+/// container (the new bundle less the old one and `tmp/`; the files for the Inbox, or for
+/// `Documents/` less the file replaced, copied aside in the state folder, which no count
+/// includes). A container mounted itself is counted by its daemon: `deliver` and `share
+/// put` have it recount before `finish` gives the reservation back, so that the ledger
+/// never misses the file meanwhile.
 ///
 /// It replaces `markChange`/`settleChange` for these commands: the change goes to the
 /// ledger once, net of the reservation.

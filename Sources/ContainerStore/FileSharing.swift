@@ -115,7 +115,12 @@ public enum FileSharing {
     /// Copies the host file or folder `source` to `Documents/components…`. A file replaces
     /// a file of that name atomically (the app sees the old or the new, whole); anything
     /// else already there is refused. Returns the container path, for the kernel to forget.
-    public static func put(_ sourcePath: [UInt8], to components: [[UInt8]], in store: Store) throws(UserError) -> ContainerPath {
+    /// In a device folder with a capacity, `device` (made for this store) admits what the
+    /// copy adds, less the file it replaces (SPEC §15), as `deliver` does; its caller
+    /// finishes it once a mounted store's daemon has recounted.
+    public static func put(_ sourcePath: [UInt8], to components: [[UInt8]], in store: Store, device: DeviceInstall? = nil) throws(UserError)
+        -> ContainerPath
+    {
         // The host path is bytes, as given: a name that is not UTF-8 is a name like any other.
         let source = ContainerPath.printable(sourcePath)
         guard let name = components.last else { throw UserError.usage("name where in Documents/ to put \(source)") }
@@ -150,9 +155,10 @@ public enum FileSharing {
                 // One change at a time from the capacity check to the rename, as `deliver`.
                 try sys { flock(staging, LOCK_EX) }
                 let replaced = existing == nil ? 0 : Capacity.treeBytes(at: parent, name)
-                try Capacity.checkFits(
-                    store, adding: Capacity.treeBytes(at: staging, temporary), removing: replaced,
-                    "put \(source) into \(store.path)")
+                let added = Capacity.treeBytes(at: staging, temporary)
+                let what = "put \(source) into \(store.path)"
+                try Capacity.checkFits(store, adding: added, removing: replaced, what)
+                try device?.admit(added.subtractingSaturated(replaced), what, need: "the copy adds")
                 let renamed = withCName(temporary) { from in
                     withCName(name) { to in
                         existing == nil

@@ -21,7 +21,11 @@ struct Share: ParsableCommand {
             starting with .) and Documents/Inbox/ are neither shown nor reachable, symlinks \
             in the store are never followed, and only files and folders are shown. Works \
             whether the container is mounted or not: a running app's mount shows the change \
-            at once. See docs/lifecycle.md.
+            at once. put is held to the container's capacity (see 'containerfs capacity'), \
+            and to its device's free space in a device folder with a capacity, mounted or \
+            not: one line says how much the copy adds in blocks (less the file it replaces) \
+            and how much is free, and Documents/ is left as it was (exit 1); see \
+            docs/capacity.md, "Installing on a full device". See docs/lifecycle.md.
             """)
 
     @Argument(help: "The container's store.")
@@ -60,7 +64,13 @@ struct Share: ParsableCommand {
                 let host = operands[0]
                 let raw = rawArguments(operands)
                 let name = operands.count > 1 ? raw[1] : Array(raw[0].split(separator: UInt8(ascii: "/")).last ?? [])
-                let path = try FileSharing.put(raw[0], to: try FileSharing.components(name), in: opened)
+                // A device with a capacity refuses what does not fit; what fits goes to its
+                // live count (docs/capacity.md, "Installing on a full device"), as `deliver`.
+                let device = DeviceInstall(storePaths: [store])
+                defer { device.finish() }
+                let path = try FileSharing.put(raw[0], to: try FileSharing.components(name), in: opened, device: device)
+                // A mounted container's daemon counts the file (a recount) before the
+                // device's reservation of it is given back.
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
             case "get":
@@ -69,6 +79,10 @@ struct Share: ParsableCommand {
                 let written = try FileSharing.get(components, from: opened, to: destination)
                 FileHandleOutput.standardOutput.write("got \(FileSharing.containerPath(components)) as \(written)\n")
             case "rm":
+                // What it frees goes to the device's live count while a sibling is mounted
+                // (docs/capacity.md); a mounted container's daemon recounts at the invalidate.
+                let settle = deviceChanges([store])
+                defer { settle() }
                 let path = try FileSharing.remove(try FileSharing.components(rawArgument(operands[0])), from: opened)
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("removed \(path)\n")

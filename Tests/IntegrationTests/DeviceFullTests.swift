@@ -3,7 +3,7 @@ import Glibc
 import Testing
 
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
-/// `create --group`, `create-group`, `restore`, `update` and `deliver` into a device folder
+/// `create --group`, `create-group`, `restore`, `update`, `deliver` and `share put` into a device folder
 /// with a capacity refuse, with one line and exit 1, what would not fit in the device's
 /// free space, and leave nothing behind; what fits exactly is installed, and the device's
 /// count (a walk, the daemons' ledger) agrees with du afterwards.
@@ -312,6 +312,27 @@ struct DeviceFullTests {
         #expect(try deviceUsed(device) == used2 + need && du(stores) == used2 + need)
     }
 
+    /// The app run in the background, mounted with its group until `endRun`: its daemons
+    /// keep the device's ledger meanwhile.
+    private func runApp(_ device: GroupDevice, sourceLocation: SourceLocation = #_sourceLocation) throws -> BackgroundProgram {
+        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
+        #expect(waitForFile(device.groupStore + "/a.up"), sourceLocation: sourceLocation)
+        let attached = try containerfs(["capacity", device.device])
+        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)", sourceLocation: sourceLocation)
+        return app
+    }
+
+    /// Ends `runApp`'s run (it unmounts on SIGTERM, as the other device tests end theirs);
+    /// the ledger its daemons kept must equal du of the device, and `expected`.
+    private func endRun(_ app: BackgroundProgram, _ device: GroupDevice, expectingTheLedger expected: Int64,
+                        sourceLocation: SourceLocation = #_sourceLocation) throws {
+        kill(app.pid, SIGTERM)
+        _ = app.wait()
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked == expected, "ledger \(counted), du \(walked), expected \(expected)", sourceLocation: sourceLocation)
+    }
+
     /// The app mounted by its run (with its group): the daemons' ledger is the count. An
     /// update of another app that fits is reserved in it and one that no longer fits is
     /// refused (the old app still launches); a delivery into the mounted app itself, which
@@ -325,10 +346,7 @@ struct DeviceFullTests {
         let used = try deviceUsed(device)
         #expect(growth > need + need / 2, "the second update cannot fit where the deliveries' room is")
         #expect(try containerfs(["capacity", device.device, "\(used + growth + need + need / 2)"]).status == 0)
-        let app = try device.start(device.app, ["sh", "-c", #"touch "$APP_GROUP_COM_EXAMPLE_SHARED/a.up"; sleep 30"#])
-        #expect(waitForFile(device.groupStore + "/a.up"))
-        let attached = try containerfs(["capacity", device.device])
-        #expect(attached.stdout.contains("daemons count it"), "the app's daemons keep the device's ledger: \(attached)")
+        let app = try runApp(device)
 
         let fits = try containerfs(["update", device.other, "--bundle", bundle])
         #expect(fits.status == 0, "\(fits)")
@@ -341,13 +359,75 @@ struct DeviceFullTests {
         expectRefused(again, device)
         #expect(try names(device.app + "/Documents/Inbox") == ["report.pdf"] && names(device.app + "/.containerfs/incoming") == [])
 
-        // The run ends (and unmounts) on SIGTERM, as the other device tests end theirs.
-        kill(app.pid, SIGTERM)
-        _ = app.wait()
+        try endRun(app, device, expectingTheLedger: used + growth + need)
         let old = try launch(device.widget, reading: "Demo.app/Info.plist")
         #expect(old.status == 0 && old.stdout == "<plist>demo</plist>\n", "the refused update left the old app: \(old)")
+    }
+
+    /// The app and the other app updated (before the device gets a capacity) to a bundle
+    /// whose Info.plist enables file sharing, so that `share put` takes files into them.
+    private func shareDocuments(_ device: GroupDevice) throws {
+        let bundle = device.base + "/Sharing.app"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try Data(ShareTests.sharingXML).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
+        for store in [device.app, device.other] {
+            let updated = try containerfs(["update", store, "--bundle", bundle])
+            guard updated.status == 0 else { throw TestFailure("update to a sharing bundle: \(updated)") }
+        }
+    }
+
+    /// No container mounted: `share put` one block short of the device's room is refused,
+    /// Documents/ unchanged and nothing left aside; an exact fit goes in; a replacement by a
+    /// file of the same size adds nothing and goes in on the full device.
+    @Test func sharePutIsRefusedOnAFullDevice() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        let (file, need) = try document(device, "notes.txt", 100_000)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need - 4096)"]).status == 0)
+        let documents = try names(device.app + "/Documents")
+        let short = try containerfs(["share", device.app, "put", file])
+        expectRefused(short, device)
+        #expect(short.stderr.contains("cannot put \(file) into \(device.app): the copy adds \(need) bytes"), "counted in blocks, as du counts: \(short)")
+        #expect(try names(device.app + "/Documents") == documents && names(device.app + "/.containerfs/incoming") == [], "the refused put left nothing")
+        #expect(try deviceUsed(device) == used)
+
+        #expect(try containerfs(["capacity", device.device, "\(used + need)"]).status == 0)
+        let exact = try containerfs(["share", device.app, "put", file])
+        #expect(exact.status == 0, "an exact fit goes in: \(exact)")
+        #expect(try names(device.app + "/Documents") == (documents + ["notes.txt"]).sorted())
+        let replaced = try containerfs(["share", device.app, "put", file])
+        #expect(replaced.status == 0, "a replacement of the same size adds nothing: \(replaced)")
         let stores = [device.app, device.widget, device.other, device.groupStore]
-        let counted = try ledger(device), walked = try du(stores)
-        #expect(counted == walked && walked == used + growth + need, "ledger \(counted), du \(walked), expected \(used + growth + need)")
+        #expect(try deviceUsed(device) == used + need && du(stores) == used + need)
+    }
+
+    /// The app mounted by its run (with its group): the daemons' ledger is the count. A
+    /// `share put` into the mounted app (its daemon counts it) and one into the other app
+    /// (not mounted, its sibling is) fit; a third is refused, and fits once `share rm` has
+    /// freed the other app's file. After the unmount the ledger equals du of the device.
+    @Test func sharePutWhileTheDeviceIsMountedCountsInTheLedger() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        let (file, need) = try document(device, "notes.txt", 100_000)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need + need + need / 2)"]).status == 0)
+        let app = try runApp(device)
+
+        let mounted = try containerfs(["share", device.app, "put", file])
+        #expect(mounted.status == 0, "\(mounted)")
+        let sibling = try containerfs(["share", device.other, "put", file])
+        #expect(sibling.status == 0, "\(sibling)")
+        let documents = try names(device.other + "/Documents")
+        let third = try containerfs(["share", device.other, "put", file, "more.txt"])
+        expectRefused(third, device)
+        #expect(try names(device.other + "/Documents") == documents && names(device.other + "/.containerfs/incoming") == [])
+        // What share rm frees in the sibling is given back to the ledger at once: the same
+        // file now fits.
+        #expect(try containerfs(["share", device.other, "rm", "notes.txt"]).status == 0)
+        let freed = try containerfs(["share", device.other, "put", file, "more.txt"])
+        #expect(freed.status == 0, "share rm gave its room back to the ledger: \(freed)")
+
+        try endRun(app, device, expectingTheLedger: used + need + need)
     }
 }
