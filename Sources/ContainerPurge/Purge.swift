@@ -85,6 +85,7 @@ public enum Purge {
         struct Source {
             var store: Int
             var tags: [Tag]
+            var folders: [[UInt8]]
             var identity: TagIndex.MountIdentity
             var indexed: Bool
             var mounted: Bool
@@ -97,11 +98,12 @@ public enum Purge {
                 continue
             }
             let identity = TagIndex.mountIdentity(store)
-            if holder == nil, !options.walk, let tags = TagIndex.load(store) {
-                sources.append(Source(store: number, tags: tags, identity: identity, indexed: true, mounted: false))
+            if holder == nil, !options.walk, let index = TagIndex.load(store) {
+                sources.append(Source(store: number, tags: index.tags, folders: index.folders, identity: identity, indexed: true, mounted: false))
             } else {
                 report.walked.append(number)
-                sources.append(Source(store: number, tags: Tags.scan(store), identity: identity, indexed: false, mounted: holder != nil))
+                let walked = Tags.walk(store)
+                sources.append(Source(store: number, tags: walked.tags, folders: walked.folders, identity: identity, indexed: false, mounted: holder != nil))
             }
         }
 
@@ -169,7 +171,7 @@ public enum Purge {
             // if a mount started meanwhile, its identity no longer matches.
             if !source.mounted, !deleted.isEmpty || !source.indexed {
                 let kept = source.tags.indices.filter { !removed[s][$0] && !gone[s][$0] }.map { source.tags[$0] }
-                TagIndex.write(store, kept, identity: source.identity)
+                TagIndex.write(store, kept, folders: source.folders, identity: source.identity)
             }
         }
         return report
@@ -186,10 +188,12 @@ public enum Purge {
               let entries = try? Directory.entries(of: fd) else { return (0, 0) }
         defer { Glibc.close(fd) }
         let isTag = { (name: [UInt8]) in name == ContainerLayout.cacheTagName }
+        // Read before the folders change, which would make it untrusted.
+        let index = MountLock.holder(store) == nil ? TagIndex.load(store) : nil
         let left = removeContents(of: fd, keeping: isTag)
         // A trusted index must not list what is gone.
-        if MountLock.holder(store) == nil, let tags = TagIndex.load(store), tags.contains(where: { $0.kind == .temporary }) {
-            TagIndex.write(store, tags.filter { $0.kind != .temporary }, identity: TagIndex.mountIdentity(store))
+        if let index {
+            TagIndex.write(store, index.tags.filter { $0.kind != .temporary }, folders: index.folders, identity: TagIndex.mountIdentity(store))
         }
         let removed = max(0, entries.count { !isTag($0.name) } - left)
         // Run's cleanup comes after its daemon recorded the space used: that is stale now.
@@ -315,15 +319,17 @@ extension Purge {
     public static func remove(_ tags: [Tag], from store: Store) -> (files: Int, bytes: Int64) {
         var walker = ParentWalker(rootFD: store.rootFD, capacity: 64)
         defer { walker.close() }
+        // Read before the folders change, which would make it untrusted.
+        let index = MountLock.holder(store) == nil ? TagIndex.load(store) : nil
         var removed: [Tag] = []
         for tag in tags {
             if case .success = walker.unlink(tag) { removed.append(tag) }
         }
         // Between run's launches, after a daemon recorded the space used: stale now.
         if !removed.isEmpty { Capacity.forgetSummary(stateFD: store.stateFD) }
-        if MountLock.holder(store) == nil, let index = TagIndex.load(store) {
+        if let index {
             let gone = Set(removed.map(\.inode))
-            TagIndex.write(store, index.filter { !gone.contains($0.inode) }, identity: TagIndex.mountIdentity(store))
+            TagIndex.write(store, index.tags.filter { !gone.contains($0.inode) }, folders: index.folders, identity: TagIndex.mountIdentity(store))
         }
         return (removed.count, removed.reduce(0) { $0.addingReportingOverflow($1.size).overflow ? Int64.max : $0 + $1.size })
     }

@@ -69,18 +69,23 @@ public enum Tags {
     /// Every tagged file of `kinds` in the store, by walking `Library/Caches` and `tmp`
     /// (never following a symlink, never leaving those folders).
     public static func scan(_ store: Store, kinds: [TagKind] = TagKind.allCases) -> [Tag] {
+        walk(store, kinds: kinds).tags
+    }
+
+    /// As `scan`, with every folder walked (those folders themselves included), for the index.
+    static func walk(_ store: Store, kinds: [TagKind] = TagKind.allCases) -> TagIndex.Snapshot {
         let uses = UseTable.openForReading(store)
-        var tags: [Tag] = []
+        var snapshot = TagIndex.Snapshot(tags: [], folders: [])
         for kind in kinds {
             let top = kind.directory.path.bytes
             guard let fd = try? withCName(top, { (name) throws(Errno) in
                 try sys { openat(store.rootFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             }) else { continue }
-            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName) { path, info in
-                tags.append(Tag(kind: kind, path: path, info, recorded: uses?.lastUse(inode: UInt64(info.st_ino)) ?? 0))
+            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName, folders: { snapshot.folders.append($0) }) { path, info in
+                snapshot.tags.append(Tag(kind: kind, path: path, info, recorded: uses?.lastUse(inode: UInt64(info.st_ino)) ?? 0))
             }
         }
-        return tags
+        return snapshot
     }
 
     /// Whether `path` (from an index, so not trusted) names a file a tag of `kind` may
@@ -89,27 +94,42 @@ public enum Tags {
     static func isTaggable(_ path: [UInt8], kind: TagKind) -> Bool {
         let top = kind.directory.path.components
         let parts = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
-        guard parts.count > top.count, zip(parts, top).allSatisfy({ $0.elementsEqual($1) }) else { return false }
-        for part in parts.dropFirst(top.count) {
-            if part.isEmpty || part.elementsEqual([0x2E]) || part.elementsEqual([0x2E, 0x2E]) { return false }
-        }
+        guard parts.count > top.count, isBelow(parts, top) else { return false }
         return !(parts.count == top.count + 1 && parts.last!.elementsEqual(ContainerLayout.cacheTagName))
+    }
+
+    /// Whether `path` (from an index) names a folder the index may stamp: the folder of a
+    /// kind or one below it, no empty, `.` or `..` component.
+    static func isTaggedFolder(_ path: [UInt8]) -> Bool {
+        let parts = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        return TagKind.allCases.contains { kind in
+            let top = kind.directory.path.components
+            return parts.count >= top.count && isBelow(parts, top)
+        }
+    }
+
+    /// `parts` start with `top` and have no empty, `.` or `..` component after it.
+    private static func isBelow(_ parts: [ArraySlice<UInt8>], _ top: [[UInt8]]) -> Bool {
+        guard zip(parts, top).allSatisfy({ $0.elementsEqual($1) }) else { return false }
+        return !parts.dropFirst(top.count).contains { $0.isEmpty || $0.elementsEqual([0x2E]) || $0.elementsEqual([0x2E, 0x2E]) }
     }
 }
 
 /// Walks a store folder through descriptors, never following a symlink.
 enum StoreWalk {
     /// Calls `body` with the path (`relative` + `/` + names) and `stat` of every regular
-    /// file below the directory open at `fd` (which it closes). `skippingAtTop` is a
-    /// name ignored directly in that directory.
+    /// file below the directory open at `fd` (which it closes), and `folders` with the path
+    /// of that directory and of every folder below it. `skippingAtTop` is a name ignored
+    /// directly in that directory.
     ///
     /// Iterative, on a `FolderChain`: a chain of folders of any depth neither overflows
     /// the thread's stack nor runs out of descriptors. The path is one buffer that grows
     /// and shrinks with the levels, so a deep chain costs memory in its depth, not its square.
     static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
-                             _ body: ([UInt8], stat) -> Void) {
+                             folders: ([UInt8]) -> Void = { _ in }, _ body: ([UInt8], stat) -> Void) {
         defer { close(fd) }
         guard let chain = try? FolderChain(top: fd) else { return }
+        folders(relative)
         // Last first, so that they are visited in the directory's order.
         func entries(_ fd: Int32) -> [(name: [UInt8], type: UInt8)] {
             ((try? Directory.entries(of: fd)) ?? []).filter { $0.type == DT_REG || $0.type == DT_DIR || $0.type == DT_UNKNOWN }.reversed()
@@ -134,7 +154,10 @@ enum StoreWalk {
             case S_IFREG:
                 body(path, info)
             case S_IFDIR:
-                if (try? chain.enter(entry.name)) != nil { levels.append((entries(chain.fd), path.count)) }
+                if (try? chain.enter(entry.name)) != nil {
+                    folders(path)
+                    levels.append((entries(chain.fd), path.count))
+                }
             default:
                 continue
             }
@@ -149,15 +172,45 @@ enum StoreWalk {
 /// after deleting. It records the identity of `mount.lock` (inode and ctime), which every
 /// mount rewrites: an index written before the store's latest mount (a daemon killed
 /// before it could write one, a purge racing a mount) no longer matches and is not
-/// trusted; nor is any index while the store is mounted. Then purge walks the store and
-/// writes a fresh one: that walk is the reconciliation.
+/// trusted; nor is any index while the store is mounted. It also records the inode and
+/// ctime of every folder of `Library/Caches` and `tmp` (those two included): a file put
+/// into one of them behind containerfs's back, or a folder made or removed there, changes
+/// its folder's ctime, and the index is not trusted either (SPEC §10: every file there is
+/// a candidate, however it got there). Then purge walks the store and writes a fresh one:
+/// that walk is the reconciliation. Checking costs a `stat` per folder, not per file.
 ///
-/// Format (native byte order): `CFSTAGS1`, the lock identity (3 × 8 bytes), the count
-/// (8 bytes), then per tag: last use, size, inode (8 bytes each), kind (1 byte), path
-/// length (4 bytes) and path bytes.
+/// Format (native byte order): `CFSTAGS2`, the lock identity (3 × 8 bytes), the folder
+/// count (8 bytes), per folder: inode, ctime seconds and nanoseconds (8 bytes each), path
+/// length (4 bytes) and path bytes; then the tag count (8 bytes), per tag: last use, size,
+/// inode (8 bytes each), kind (1 byte), path length (4 bytes) and path bytes. An index of
+/// an older format is not trusted (the next purge walks and rewrites it).
 public enum TagIndex {
     static let fileName = Array(name: "tags")
-    static let magic = Array("CFSTAGS1".utf8)
+    static let magic = Array("CFSTAGS2".utf8)
+
+    /// What an index holds: the tags, and the folders whose stamps vouch for them.
+    struct Snapshot {
+        var tags: [Tag]
+        var folders: [[UInt8]]
+    }
+
+    /// A folder as the index saw it: its path from the store's root, inode and ctime.
+    struct FolderStamp: Equatable {
+        var path: [UInt8]
+        var inode: UInt64
+        var seconds: Int64
+        var nanoseconds: Int64
+    }
+
+    /// The folder at `path` below the store's root now (no symlink followed); nil if gone.
+    static func stamp(_ store: Store, _ path: [UInt8]) -> FolderStamp? {
+        let fd = withCName(path) { clinux_open_beneath(store.rootFD, $0, clinux_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return nil }
+        return FolderStamp(path: path, inode: UInt64(info.st_ino), seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int64(info.st_ctim.tv_nsec))
+    }
 
     /// The identity of the store's latest mount: `mount.lock`'s inode and ctime (zeros if
     /// the store was never mounted).
@@ -175,12 +228,14 @@ public enum TagIndex {
         return MountIdentity(inode: UInt64(info.st_ino), seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int64(info.st_ctim.tv_nsec))
     }
 
-    /// The store's tags from its index, or nil when there is no index it can trust.
-    static func load(_ store: Store) -> [Tag]? {
+    /// The store's tags from its index, or nil when there is no index it can trust: none,
+    /// another mount's, or one of its folders changed since.
+    static func load(_ store: Store) -> Snapshot? {
         guard MountLock.holder(store) == nil, let bytes = try? readFile(at: store.stateFD, fileName) else { return nil }
-        return bytes.withUnsafeBytes { raw -> [Tag]? in
-            guard let (identity, tags) = decode(raw), identity == mountIdentity(store) else { return nil }
-            return tags
+        return bytes.withUnsafeBytes { raw -> Snapshot? in
+            guard let (identity, folders, tags) = decode(raw), identity == mountIdentity(store),
+                  folders.allSatisfy({ stamp(store, $0.path) == $0 }) else { return nil }
+            return Snapshot(tags: tags, folders: folders.map(\.path))
         }
     }
 
@@ -189,17 +244,22 @@ public enum TagIndex {
     @discardableResult
     public static func rebuild(_ store: Store) -> [Tag] {
         let identity = mountIdentity(store)
-        let tags = Tags.scan(store)
-        write(store, tags, identity: identity)
-        return tags
+        let snapshot = Tags.walk(store)
+        write(store, snapshot.tags, folders: snapshot.folders, identity: identity)
+        return snapshot.tags
     }
 
-    /// Writes `tags` as the store's index (a new file renamed over the old one).
-    static func write(_ store: Store, _ tags: [Tag], identity: MountIdentity) {
+    /// The folders of the kinds themselves: all an index of tags from elsewhere can vouch for.
+    static var topFolders: [[UInt8]] { TagKind.allCases.map(\.directory.path.bytes) }
+
+    /// Writes `tags` as the store's index (a new file renamed over the old one), with the
+    /// stamps `folders` have now (those gone are left out): call it once the store is as
+    /// the tags say, the folders all those of `Library/Caches` and `tmp`.
+    static func write(_ store: Store, _ tags: [Tag], folders: [[UInt8]] = topFolders, identity: MountIdentity) {
         let temporary = Array("tags.new-\(getpid())".utf8)
         _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         do {
-            try writeNewFile(at: store.stateFD, temporary, encode(tags, identity: identity), mode: 0o600)
+            try writeNewFile(at: store.stateFD, temporary, encode(tags, folders: folders.compactMap { stamp(store, $0) }, identity: identity), mode: 0o600)
             try withCName(temporary) { (from) throws(Errno) in
                 try withCName(fileName) { (to) throws(Errno) in _ = try sys { renameat(store.stateFD, from, store.stateFD, to) } }
             }
@@ -213,15 +273,23 @@ public enum TagIndex {
         _ = withCName(fileName) { unlinkat(store.stateFD, $0, 0) }
     }
 
-    static func encode(_ tags: [Tag], identity: MountIdentity) -> [UInt8] {
+    static func encode(_ tags: [Tag], folders: [FolderStamp], identity: MountIdentity) -> [UInt8] {
         var bytes = magic
-        bytes.reserveCapacity(64 + tags.reduce(0) { $0 + 29 + $1.path.count })
+        bytes.reserveCapacity(64 + folders.reduce(0) { $0 + 28 + $1.path.count } + tags.reduce(0) { $0 + 29 + $1.path.count })
         func append<T: FixedWidthInteger>(_ value: T) {
             withUnsafeBytes(of: value) { bytes.append(contentsOf: $0) }
         }
         append(identity.inode)
         append(identity.seconds)
         append(identity.nanoseconds)
+        append(UInt64(folders.count))
+        for folder in folders {
+            append(folder.inode)
+            append(folder.seconds)
+            append(folder.nanoseconds)
+            append(UInt32(folder.path.count))
+            bytes.append(contentsOf: folder.path)
+        }
         append(UInt64(tags.count))
         for tag in tags {
             append(tag.lastUse)
@@ -234,8 +302,9 @@ public enum TagIndex {
         return bytes
     }
 
-    /// Decodes an index; nil if it is truncated, damaged or names a path no tag may have.
-    static func decode(_ raw: UnsafeRawBufferPointer) -> (MountIdentity, [Tag])? {
+    /// Decodes an index; nil if it is truncated, damaged or names a path no tag or stamp
+    /// may have.
+    static func decode(_ raw: UnsafeRawBufferPointer) -> (MountIdentity, [FolderStamp], [Tag])? {
         var offset = 0
         func read<T: FixedWidthInteger>(_: T.Type) -> T? {
             guard offset + MemoryLayout<T>.size <= raw.count else { return nil }
@@ -245,7 +314,17 @@ public enum TagIndex {
         guard raw.count >= magic.count, raw.prefix(magic.count).elementsEqual(magic) else { return nil }
         offset = magic.count
         guard let inode = read(UInt64.self), let seconds = read(Int64.self), let nanoseconds = read(Int64.self),
-              let count = read(UInt64.self), count <= UInt64(raw.count) else { return nil }
+              let folderCount = read(UInt64.self), folderCount <= UInt64(raw.count) else { return nil }
+        var folders: [FolderStamp] = []
+        for _ in 0..<folderCount {
+            guard let node = read(UInt64.self), let seconds = read(Int64.self), let nanoseconds = read(Int64.self),
+                  let length = read(UInt32.self), Int(length) <= raw.count - offset else { return nil }
+            let path = Array(raw[offset..<offset + Int(length)])
+            offset += Int(length)
+            guard Tags.isTaggedFolder(path) else { return nil }
+            folders.append(FolderStamp(path: path, inode: node, seconds: seconds, nanoseconds: nanoseconds))
+        }
+        guard let count = read(UInt64.self), count <= UInt64(raw.count) else { return nil }
         var tags: [Tag] = []
         tags.reserveCapacity(Int(count))
         for _ in 0..<count {
@@ -258,6 +337,6 @@ public enum TagIndex {
             tags.append(Tag(kind: kind, path: path, size: size, lastUse: lastUse, inode: node))
         }
         guard offset == raw.count else { return nil }
-        return (MountIdentity(inode: inode, seconds: seconds, nanoseconds: nanoseconds), tags)
+        return (MountIdentity(inode: inode, seconds: seconds, nanoseconds: nanoseconds), folders, tags)
     }
 }

@@ -162,7 +162,7 @@ struct PurgeStoreTests {
         // First purge: no index, the store is walked and an index written.
         let first = try Purge.purge([scratch.store], .init(kinds: [.cache], free: 0))
         #expect(first.walked == [0])
-        #expect(TagIndex.load(scratch.store)?.count == 1)
+        #expect(TagIndex.load(scratch.store)?.tags.count == 1)
         let second = try Purge.purge([scratch.store], .init(kinds: [.cache], dryRun: true))
         #expect(second.walked.isEmpty, "the index matches: no walk")
         #expect(paths(second) == ["Library/Caches/a"])
@@ -173,6 +173,28 @@ struct PurgeStoreTests {
         let third = try Purge.purge([scratch.store], .init(kinds: [.cache], dryRun: true))
         #expect(third.walked == [0])
         #expect(paths(third) == ["Library/Caches/a", "Library/Caches/b"])
+    }
+
+    /// SPEC §10: every file in Library/Caches and tmp is a candidate, however it got there.
+    /// Files put into the store behind containerfs's back after its index was written (into
+    /// the top folder, a folder below it, a new folder; in tmp) make the index untrusted,
+    /// and purge walks and finds them; an index nothing changed is still used.
+    @Test(arguments: ["Library/Caches/late", "Library/Caches/sub/late", "Library/Caches/sub/new/late", "tmp/late", "tmp/sub/late"])
+    func filesPutBehindTheIndexAreStillPurged(late: String) throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/sub/a", size: 1, secondsAgo: 10)
+        try scratch.file("tmp/sub/b", size: 1, secondsAgo: 10)
+        TagIndex.rebuild(scratch.store)
+        let untouched = try Purge.purge([scratch.store], .init(kinds: [.cache, .temporary], dryRun: true))
+        #expect(untouched.walked.isEmpty, "nothing changed: the index is used")
+        try scratch.file(late, size: 1, secondsAgo: 20)
+        #expect(TagIndex.load(scratch.store) == nil)
+        let report = try Purge.purge([scratch.store], .init(kinds: [.cache, .temporary]))
+        #expect(report.walked == [0])
+        #expect(Set(paths(report)) == ["Library/Caches/sub/a", "tmp/sub/b", late])
+        #expect(!scratch.exists(late))
+        // The index purge wrote is trusted again, and empty.
+        #expect(TagIndex.load(scratch.store)?.tags.isEmpty == true)
     }
 
     @Test func anIndexNamingOtherFilesIsNeverTrustedToDeleteThem() throws {

@@ -138,6 +138,21 @@ struct PurgeTests {
         #expect(FileManager.default.fileExists(atPath: "/etc/passwd"))
     }
 
+    /// SPEC §10: a file written straight into the store's caches after the last mount (the
+    /// daemon's index says nothing of it) is purged all the same.
+    @Test func aCacheFileWrittenIntoTheStoreDirectlyIsPurged() throws {
+        let container = try MountedContainer()
+        try container.mount()
+        try FileManager.default.createDirectory(atPath: container.mounted("Library/Caches/images"), withIntermediateDirectories: true)
+        try Purging.write(container.mounted("Library/Caches/images/a"), size: 1000)
+        container.unmount()
+        try Purging.write(container.stored("Library/Caches/images/direct"), size: 2000)
+        let result = try Purging.purge([container], ["--caches"])
+        #expect(result.paths.sorted() == ["Library/Caches/images/a", "Library/Caches/images/direct"])
+        #expect(result.freed == 3000)
+        #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG"])
+    }
+
     @Test func olderThanMimicsThePeriodicSweepOfTmp() throws {
         try withMountedContainer { container in
             try Purging.write(container.mounted("tmp/old"), size: 10)
