@@ -80,7 +80,11 @@ public enum Tags {
             let top = kind.directory.path.bytes
             guard let fd = try? withCName(top, { (name) throws(Errno) in
                 try sys { openat(store.rootFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-            }) else { continue }
+            }) else {
+                // Stamped all the same, so that opening it later is seen.
+                snapshot.folders.append(top)
+                continue
+            }
             StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName, folders: { snapshot.folders.append($0) }) { path, info in
                 snapshot.tags.append(Tag(kind: kind, path: path, info, recorded: uses?.lastUse(inode: UInt64(info.st_ino)) ?? 0))
             }
@@ -119,8 +123,8 @@ public enum Tags {
 enum StoreWalk {
     /// Calls `body` with the path (`relative` + `/` + names) and `stat` of every regular
     /// file below the directory open at `fd` (which it closes), and `folders` with the path
-    /// of that directory and of every folder below it. `skippingAtTop` is a name ignored
-    /// directly in that directory.
+    /// of that directory and of every folder it meets below (those it cannot enter too).
+    /// `skippingAtTop` is a name ignored directly in that directory.
     ///
     /// Iterative, on a `FolderChain`: a chain of folders of any depth neither overflows
     /// the thread's stack nor runs out of descriptors. The path is one buffer that grows
@@ -128,8 +132,8 @@ enum StoreWalk {
     static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
                              folders: ([UInt8]) -> Void = { _ in }, _ body: ([UInt8], stat) -> Void) {
         defer { close(fd) }
-        guard let chain = try? FolderChain(top: fd) else { return }
         folders(relative)
+        guard let chain = try? FolderChain(top: fd) else { return }
         // Last first, so that they are visited in the directory's order.
         func entries(_ fd: Int32) -> [(name: [UInt8], type: UInt8)] {
             ((try? Directory.entries(of: fd)) ?? []).filter { $0.type == DT_REG || $0.type == DT_DIR || $0.type == DT_UNKNOWN }.reversed()
@@ -154,10 +158,10 @@ enum StoreWalk {
             case S_IFREG:
                 body(path, info)
             case S_IFDIR:
-                if (try? chain.enter(entry.name)) != nil {
-                    folders(path)
-                    levels.append((entries(chain.fd), path.count))
-                }
+                // Even one it cannot enter (mode 000 to an ordinary user): opened later and
+                // given files, its ctime is all that tells, its parent's stays.
+                folders(path)
+                if (try? chain.enter(entry.name)) != nil { levels.append((entries(chain.fd), path.count)) }
             default:
                 continue
             }

@@ -153,6 +153,26 @@ struct PurgeTests {
         #expect(Purging.listing(container.stored("Library/Caches")) == ["CACHEDIR.TAG"])
     }
 
+    /// A cache folder an ordinary user's purge could not enter (mode 000) is stamped in the
+    /// index all the same: opened to read again and given a file, it is walked, and the
+    /// file purged. Against an index that stamps only the folders it entered, the file
+    /// stays, the index trusted (its parent's ctime never changed).
+    @Test func aFolderPurgeCouldNotEnterIsStillWatched() throws {
+        let user = "cfs-alice"
+        let container = try MountedContainer(user: user)
+        let folder = container.stored("Library/Caches/locked")
+        #expect(try runProgram(["mkdir", folder], user: user).status == 0)
+        #expect(try runProgram(["chmod", "000", folder], user: user).status == 0)
+        let first = try containerfs(["purge", container.store, "--caches", "--all", "--json"], user: user)
+        #expect(first.status == 0, "\(first)")
+        #expect(try runProgram(["chmod", "755", folder], user: user).status == 0)
+        #expect(try runProgram(["sh", "-c", "echo data > \"$1\"", "sh", folder + "/late"], user: user).status == 0)
+        let second = try containerfs(["purge", container.store, "--caches", "--all", "--json"], user: user)
+        #expect(second.status == 0, "\(second)")
+        #expect(second.stdout.contains("\"path\":\"Library\\/Caches\\/locked\\/late\"") || second.stdout.contains("\"path\":\"Library/Caches/locked/late\""), "\(second)")
+        #expect(access(folder + "/late", F_OK) != 0, "the file put into the folder once it opened is purged")
+    }
+
     @Test func olderThanMimicsThePeriodicSweepOfTmp() throws {
         try withMountedContainer { container in
             try Purging.write(container.mounted("tmp/old"), size: 10)
