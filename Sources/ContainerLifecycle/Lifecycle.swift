@@ -78,7 +78,7 @@ public enum Lifecycle {
         // the old one and tmp/ goes.
         do {
             let temporary = StandardDirectory.tmp.path.bytes
-            let old = store.offloaded == nil ? Capacity.treeBytes(at: store.rootFD, oldName) : 0
+            let old = store.offloaded == nil ? Capacity.freedBytes(at: store.rootFD, oldName) : 0
             // What emptying tmp/ frees: all but its CACHEDIR.TAG, which stays.
             var tmpContents = Capacity.contentBytes(at: store.rootFD, temporary)
             if let tmpFD = try? openDirectory(at: store.rootFD, temporary) {

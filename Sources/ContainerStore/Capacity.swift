@@ -77,11 +77,36 @@ public enum Capacity {
         return treeBytes(fd, skippingState: false)
     }
 
-    /// What `treeBytes` counts of the folder `name` but the folder itself: what emptying it frees.
+    /// What `freedBytes` counts of the folder `name` but the folder itself: what emptying it frees.
     public static func contentBytes(at parent: Int32, _ name: [UInt8]) -> Int64 {
         var info = stat()
         guard withCName(name, { fstatat(parent, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return 0 }
-        return max(0, treeBytes(at: parent, name) - blockBytes(info))
+        return max(0, freedBytes(at: parent, name) - blockBytes(info))
+    }
+
+    /// What removing the file or folder `name` in the folder `parent` frees: as `treeBytes`,
+    /// but a file that also has a name outside it (a hard link an app made) frees nothing,
+    /// its blocks stay with that name.
+    public static func freedBytes(at parent: Int32, _ name: [UInt8]) -> Int64 {
+        var info = stat()
+        guard withCName(name, { fstatat(parent, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return 0 }
+        guard info.st_mode & S_IFMT == S_IFDIR, let fd = try? openDirectory(at: parent, name) else {
+            return info.st_mode & S_IFMT != S_IFDIR && info.st_nlink > 1 ? 0 : blockBytes(info)
+        }
+        defer { close(fd) }
+        var total = blockBytes(info)
+        // Linked files: freed only when every one of their names is in the tree.
+        var linked: [UInt64: (names: UInt, links: UInt, bytes: Int64)] = [:]
+        forEachNode(below: fd, skippingState: false) { _, _, info in
+            if info.st_mode & S_IFMT != S_IFDIR, info.st_nlink > 1 {
+                let seen = linked[UInt64(info.st_ino)]?.names ?? 0
+                linked[UInt64(info.st_ino)] = (seen + 1, UInt(info.st_nlink), blockBytes(info))
+                return
+            }
+            total = total.addingSaturating(blockBytes(info))
+        }
+        for file in linked.values where file.names >= file.links { total = total.addingSaturating(file.bytes) }
+        return total
     }
 
     private static func treeBytes(_ rootFD: Int32, skippingState: Bool) -> Int64 {

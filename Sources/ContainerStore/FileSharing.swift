@@ -154,7 +154,8 @@ public enum FileSharing {
                 }
                 // One change at a time from the capacity check to the rename, as `deliver`.
                 try sys { flock(staging, LOCK_EX) }
-                let replaced = existing == nil ? 0 : Capacity.treeBytes(at: parent, name)
+                // A replaced file with another name (a hard link) frees nothing.
+                let replaced = existing == nil ? 0 : Capacity.freedBytes(at: parent, name)
                 let added = Capacity.treeBytes(at: staging, temporary)
                 let what = "put \(source) into \(store.path)"
                 try Capacity.checkFits(store, adding: added, removing: replaced, what)

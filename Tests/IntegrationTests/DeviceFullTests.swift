@@ -402,6 +402,27 @@ struct DeviceFullTests {
         #expect(try deviceUsed(device) == used + need && du(stores) == used + need)
     }
 
+    /// A replaced file with another name (a hard link the app made) frees nothing: `share
+    /// put` over it adds the whole copy, and on a device without that room it is refused.
+    /// Against a put that counts the replaced file's blocks as freed, the device ends past
+    /// its capacity (du above it).
+    @Test func sharePutOverAHardLinkedFileCountsTheWholeCopy() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        let (file, need) = try document(device, "notes.txt", 100_000)
+        #expect(try containerfs(["share", device.app, "put", file]).status == 0)
+        #expect(link(device.app + "/Documents/notes.txt", device.app + "/Documents/kept.txt") == 0)
+        let (other, _) = try document(device, "other.txt", 100_000)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + need - 4096)"]).status == 0)
+        let documents = try names(device.app + "/Documents")
+        let put = try containerfs(["share", device.app, "put", other, "notes.txt"])
+        expectRefused(put, device)
+        #expect(try names(device.app + "/Documents") == documents && names(device.app + "/.containerfs/incoming") == [])
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        #expect(try du(stores) <= used + need - 4096, "the device is never past its capacity")
+    }
+
     /// The app mounted by its run (with its group): the daemons' ledger is the count. A
     /// `share put` into the mounted app (its daemon counts it) and one into the other app
     /// (not mounted, its sibling is) fit; a third is refused, and fits once `share rm` has
