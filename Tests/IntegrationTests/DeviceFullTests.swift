@@ -268,6 +268,25 @@ struct DeviceFullTests {
         #expect(try deviceUsed(device) == used2 + growth && du(stores) == used2 + growth)
     }
 
+    /// A file of tmp/ with another name in Documents/ (a hard link the app made) is not
+    /// freed by the update's emptying of tmp/: the update needs all its growth. Against an
+    /// update that counts it as freed, it goes in and the device ends past its capacity.
+    @Test func updateCountsNothingFreedForATmpFileLinkedElsewhere() throws {
+        let device = try GroupDevice()
+        let (bundle, _) = try bigBundle(device)
+        let growth = try du([device.base + "/scratch/Big/Big.app"]) - du([device.app + "/Demo.app"])
+        try Data(repeating: 3, count: 200_000).write(to: URL(fileURLWithPath: device.app + "/tmp/scratch"))
+        #expect(link(device.app + "/tmp/scratch", device.app + "/Documents/kept") == 0)
+        #expect(try containerfs(["capacity", device.device]).status == 0)   // recounted after the change by hand
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + growth - 4096)"]).status == 0)
+        let refused = try containerfs(["update", device.app, "--bundle", bundle])
+        expectRefused(refused, device)
+        #expect(try leftAside(device.app).isEmpty && access(device.app + "/tmp/scratch", F_OK) == 0)
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        #expect(try du(stores) <= used + growth - 4096, "the device is never past its capacity")
+    }
+
     /// A file of `bytes` bytes in the test's folder, and what it takes in blocks.
     private func document(_ device: GroupDevice, _ name: String, _ bytes: Int) throws -> (path: String, blocks: Int64) {
         let path = device.base + "/" + name
