@@ -259,9 +259,10 @@ public final class Session {
         control?.remove()
         let store = fileSystem.store
         let temporary = StandardDirectory.tmp.path.bytes
-        let before = fileSystem.space.isActive ? Capacity.treeBytes(at: store.rootFD, temporary) : 0
+        // What emptying tmp/ frees: not a file also named elsewhere (a hard link), whose blocks stay.
+        let before = fileSystem.space.isActive ? Capacity.freedBytes(at: store.rootFD, temporary) : 0
         Tagging.unmounted(store)
-        let freed = fileSystem.space.isActive ? before - Capacity.treeBytes(at: store.rootFD, temporary) : 0
+        let freed = fileSystem.space.isActive ? before - Capacity.freedBytes(at: store.rootFD, temporary) : 0
         fileSystem.space.unmounted(store, freedSince: freed)
     }
 }

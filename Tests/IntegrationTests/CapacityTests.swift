@@ -470,6 +470,22 @@ struct CapacityTests {
         #expect(Int(after) == (try Self.storeBytes(container.store)), "recorded \(after)")
     }
 
+    /// A file of `tmp/` the app also linked into Documents/ keeps its blocks when the
+    /// unmount empties `tmp/`: the count recorded for the next mount still holds them.
+    /// Against a daemon that counts all of `tmp/` as freed, the summary is short by the
+    /// file and the next mount lets the app write past the capacity.
+    @Test func aTmpFileLinkedIntoDocumentsStaysCounted() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "8M")
+        let ran = try containerfs(["run", container.store, "--", "/bin/sh", "-c",
+                                   "dd if=/dev/zero of=tmp/t bs=1M count=1 status=none && ln tmp/t Documents/kept"])
+        try #require(ran.status == 0, "\(ran)")
+        #expect(access(container.stored("Documents/kept"), F_OK) == 0 && access(container.stored("tmp/t"), F_OK) != 0)
+        let recorded = try String(contentsOfFile: container.stored(".containerfs/used"), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(Int(recorded) == (try Self.storeBytes(container.store)), "recorded \(recorded)")
+    }
+
     /// A store of capacity 8M holding 7M: 1M in tmp, two 2M caches (old, then new), 2M of documents.
     static func fillForLowStorage(_ container: MountedContainer) throws {
         try setCapacity(container, "8M")
