@@ -216,6 +216,12 @@ public enum TagIndex {
         return FolderStamp(path: path, inode: UInt64(info.st_ino), seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int64(info.st_ctim.tv_nsec))
     }
 
+    /// The stamp of a folder of a kind that is missing (a group container has no `tmp/`):
+    /// inode 0, which no folder has, so that one made later is seen.
+    static func absent(_ path: [UInt8]) -> FolderStamp {
+        FolderStamp(path: path, inode: 0, seconds: 0, nanoseconds: 0)
+    }
+
     /// The identity of the store's latest mount: `mount.lock`'s inode and ctime (zeros if
     /// the store was never mounted).
     struct MountIdentity: Equatable {
@@ -238,7 +244,7 @@ public enum TagIndex {
         guard MountLock.holder(store) == nil, let bytes = try? readFile(at: store.stateFD, fileName) else { return nil }
         return bytes.withUnsafeBytes { raw -> Snapshot? in
             guard let (identity, folders, tags) = decode(raw), identity == mountIdentity(store),
-                  folders.allSatisfy({ stamp(store, $0.path) == $0 }) else { return nil }
+                  folders.allSatisfy({ (stamp(store, $0.path) ?? absent($0.path)) == $0 }) else { return nil }
             return Snapshot(tags: tags, folders: folders.map(\.path))
         }
     }
@@ -257,13 +263,14 @@ public enum TagIndex {
     static var topFolders: [[UInt8]] { TagKind.allCases.map(\.directory.path.bytes) }
 
     /// Writes `tags` as the store's index (a new file renamed over the old one), with the
-    /// stamps `folders` have now (those gone are left out): call it once the store is as
+    /// stamps `folders` have now (those gone are left out, a kind's own folder recorded as
+    /// absent): call it once the store is as
     /// the tags say, the folders all those of `Library/Caches` and `tmp`.
     static func write(_ store: Store, _ tags: [Tag], folders: [[UInt8]] = topFolders, identity: MountIdentity) {
         let temporary = Array("tags.new-\(getpid())".utf8)
         _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         do {
-            try writeNewFile(at: store.stateFD, temporary, encode(tags, folders: folders.compactMap { stamp(store, $0) }, identity: identity), mode: 0o600)
+            try writeNewFile(at: store.stateFD, temporary, encode(tags, folders: folders.compactMap { stamp(store, $0) ?? (topFolders.contains($0) ? absent($0) : nil) }, identity: identity), mode: 0o600)
             try withCName(temporary) { (from) throws(Errno) in
                 try withCName(fileName) { (to) throws(Errno) in _ = try sys { renameat(store.stateFD, from, store.stateFD, to) } }
             }

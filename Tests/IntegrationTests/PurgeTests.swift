@@ -173,6 +173,21 @@ struct PurgeTests {
         #expect(access(folder + "/late", F_OK) != 0, "the file put into the folder once it opened is purged")
     }
 
+    /// A group container has no tmp/: its index records that, and a tmp/ made behind
+    /// containerfs's back with a file in it is walked and purged, as a walk would find it.
+    /// Against an index that leaves a missing folder unstamped, the file is never a candidate.
+    @Test func aTmpFolderMadeInAGroupContainerIsWatched() throws {
+        let base = try makeTemporaryDirectory()
+        defer { _ = try? runProgram(["rm", "-rf", base]) }
+        let group = base + "/group.com.example.purge"
+        #expect(try containerfs(["create-group", group]).status == 0)
+        #expect(try containerfs(["purge", group, "--caches", "--tmp", "--all"]).status == 0)
+        try Purging.write(group + "/tmp/late", size: 10)
+        let result = try containerfs(["purge", group, "--tmp", "--all", "--json"])
+        #expect(result.status == 0 && result.stdout.contains("late"), "\(result)")
+        #expect(access(group + "/tmp/late", F_OK) != 0)
+    }
+
     @Test func olderThanMimicsThePeriodicSweepOfTmp() throws {
         try withMountedContainer { container in
             try Purging.write(container.mounted("tmp/old"), size: 10)
