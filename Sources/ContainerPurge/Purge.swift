@@ -85,7 +85,7 @@ public enum Purge {
         struct Source {
             var store: Int
             var tags: [Tag]
-            var folders: [[UInt8]]
+            var folders: [TagIndex.FolderStamp]
             var identity: TagIndex.MountIdentity
             var indexed: Bool
             var mounted: Bool
@@ -171,7 +171,8 @@ public enum Purge {
             // if a mount started meanwhile, its identity no longer matches.
             if !source.mounted, !deleted.isEmpty || !source.indexed {
                 let kept = source.tags.indices.filter { !removed[s][$0] && !gone[s][$0] }.map { source.tags[$0] }
-                TagIndex.write(store, kept, folders: source.folders, identity: source.identity)
+                let changed = TagIndex.ancestors(of: source.tags.indices.filter { removed[s][$0] }.map { source.tags[$0].path })
+                TagIndex.write(store, kept, folders: source.folders, restamping: changed.contains, identity: source.identity)
             }
         }
         return report
@@ -193,7 +194,9 @@ public enum Purge {
         let left = removeContents(of: fd, keeping: isTag)
         // A trusted index must not list what is gone.
         if let index {
-            TagIndex.write(store, index.tags.filter { $0.kind != .temporary }, folders: index.folders, identity: TagIndex.mountIdentity(store))
+            let top = StandardDirectory.tmp.path.bytes
+            let emptied = { (path: [UInt8]) in path == top || path.starts(with: top + [UInt8(ascii: "/")]) }
+            TagIndex.write(store, index.tags.filter { $0.kind != .temporary }, folders: index.folders, restamping: emptied, identity: TagIndex.mountIdentity(store))
         }
         let removed = max(0, entries.count { !isTag($0.name) } - left)
         // Run's cleanup comes after its daemon recorded the space used: that is stale now.
@@ -329,7 +332,8 @@ extension Purge {
         if !removed.isEmpty { Capacity.forgetSummary(stateFD: store.stateFD) }
         if let index {
             let gone = Set(removed.map(\.inode))
-            TagIndex.write(store, index.tags.filter { !gone.contains($0.inode) }, folders: index.folders, identity: TagIndex.mountIdentity(store))
+            TagIndex.write(store, index.tags.filter { !gone.contains($0.inode) }, folders: index.folders,
+                           restamping: TagIndex.ancestors(of: removed.map(\.path)).contains, identity: TagIndex.mountIdentity(store))
         }
         return (removed.count, removed.reduce(0) { $0.addingReportingOverflow($1.size).overflow ? Int64.max : $0 + $1.size })
     }

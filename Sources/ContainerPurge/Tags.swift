@@ -81,11 +81,12 @@ public enum Tags {
             guard let fd = try? withCName(top, { (name) throws(Errno) in
                 try sys { openat(store.rootFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             }) else {
-                // Stamped all the same, so that opening it later is seen.
-                snapshot.folders.append(top)
+                // Stamped all the same, so that opening or making it later is seen.
+                snapshot.folders.append(TagIndex.stamp(store, top) ?? TagIndex.absent(top))
                 continue
             }
-            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName, folders: { snapshot.folders.append($0) }) { path, info in
+            let folder = { (path: [UInt8], info: stat) in snapshot.folders.append(TagIndex.folderStamp(path, info)) }
+            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName, folders: folder) { path, info in
                 snapshot.tags.append(Tag(kind: kind, path: path, info, recorded: uses?.lastUse(inode: UInt64(info.st_ino)) ?? 0))
             }
         }
@@ -130,9 +131,10 @@ enum StoreWalk {
     /// the thread's stack nor runs out of descriptors. The path is one buffer that grows
     /// and shrinks with the levels, so a deep chain costs memory in its depth, not its square.
     static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
-                             folders: ([UInt8]) -> Void = { _ in }, _ body: ([UInt8], stat) -> Void) {
+                             folders: ([UInt8], stat) -> Void = { _, _ in }, _ body: ([UInt8], stat) -> Void) {
         defer { close(fd) }
-        folders(relative)
+        var top = stat()
+        if fstat(fd, &top) == 0 { folders(relative, top) }
         guard let chain = try? FolderChain(top: fd) else { return }
         // Last first, so that they are visited in the directory's order.
         func entries(_ fd: Int32) -> [(name: [UInt8], type: UInt8)] {
@@ -160,7 +162,7 @@ enum StoreWalk {
             case S_IFDIR:
                 // Even one it cannot enter (mode 000 to an ordinary user): opened later and
                 // given files, its ctime is all that tells, its parent's stays.
-                folders(path)
+                folders(path, info)
                 if (try? chain.enter(entry.name)) != nil { levels.append((entries(chain.fd), path.count)) }
             default:
                 continue
@@ -195,7 +197,7 @@ public enum TagIndex {
     /// What an index holds: the tags, and the folders whose stamps vouch for them.
     struct Snapshot {
         var tags: [Tag]
-        var folders: [[UInt8]]
+        var folders: [FolderStamp]
     }
 
     /// A folder as the index saw it: its path from the store's root, inode and ctime.
@@ -204,6 +206,20 @@ public enum TagIndex {
         var inode: UInt64
         var seconds: Int64
         var nanoseconds: Int64
+    }
+
+    /// Stamp `path` had as `info` was taken (during a walk, before its entries were read).
+    static func folderStamp(_ path: [UInt8], _ info: stat) -> FolderStamp {
+        FolderStamp(path: path, inode: UInt64(info.st_ino), seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int64(info.st_ctim.tv_nsec))
+    }
+
+    /// Every folder above the files at `paths` (from the store's root): those a removal changed.
+    static func ancestors(of paths: [[UInt8]]) -> Set<[UInt8]> {
+        var folders = Set<[UInt8]>()
+        for path in paths {
+            for (index, byte) in path.enumerated() where byte == UInt8(ascii: "/") { folders.insert(Array(path[..<index])) }
+        }
+        return folders
     }
 
     /// The folder at `path` below the store's root now (no symlink followed); nil if gone.
@@ -245,7 +261,7 @@ public enum TagIndex {
         return bytes.withUnsafeBytes { raw -> Snapshot? in
             guard let (identity, folders, tags) = decode(raw), identity == mountIdentity(store),
                   folders.allSatisfy({ (stamp(store, $0.path) ?? absent($0.path)) == $0 }) else { return nil }
-            return Snapshot(tags: tags, folders: folders.map(\.path))
+            return Snapshot(tags: tags, folders: folders)
         }
     }
 
@@ -266,11 +282,16 @@ public enum TagIndex {
     /// stamps `folders` have now (those gone are left out, a kind's own folder recorded as
     /// absent): call it once the store is as
     /// the tags say, the folders all those of `Library/Caches` and `tmp`.
-    static func write(_ store: Store, _ tags: [Tag], folders: [[UInt8]] = topFolders, identity: MountIdentity) {
+    static func write(_ store: Store, _ tags: [Tag], folders: [FolderStamp]? = nil, restamping changed: (([UInt8]) -> Bool)? = nil,
+                      identity: MountIdentity) {
+        // A stamp taken before (by the walk, or checked by `load`) is kept unless the writer
+        // changed that folder itself: a file put there meanwhile is then still seen.
+        let now = { (path: [UInt8]) in stamp(store, path) ?? (topFolders.contains(path) ? absent(path) : nil) }
+        let stamps = folders.map { $0.compactMap { changed?($0.path) == true ? now($0.path) : $0 } } ?? topFolders.compactMap(now)
         let temporary = Array("tags.new-\(getpid())".utf8)
         _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         do {
-            try writeNewFile(at: store.stateFD, temporary, encode(tags, folders: folders.compactMap { stamp(store, $0) ?? (topFolders.contains($0) ? absent($0) : nil) }, identity: identity), mode: 0o600)
+            try writeNewFile(at: store.stateFD, temporary, encode(tags, folders: stamps, identity: identity), mode: 0o600)
             try withCName(temporary) { (from) throws(Errno) in
                 try withCName(fileName) { (to) throws(Errno) in _ = try sys { renameat(store.stateFD, from, store.stateFD, to) } }
             }

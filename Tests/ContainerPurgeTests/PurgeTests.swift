@@ -197,6 +197,24 @@ struct PurgeStoreTests {
         #expect(TagIndex.load(scratch.store)?.tags.isEmpty == true)
     }
 
+    /// A file put into a folder after the walk that makes an index, before the index is
+    /// written (a copy racing a purge or an unmount), leaves the index untrusted: the stamps
+    /// are the walk's, not the folders' as the index is written. Against a write that
+    /// restamps every folder, the index is trusted and the file never a candidate.
+    @Test func aFilePutWhileTheIndexIsMadeIsStillSeen() throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/sub/a", size: 1, secondsAgo: 10)
+        let identity = TagIndex.mountIdentity(scratch.store)
+        let walked = Tags.walk(scratch.store)
+        try scratch.file("Library/Caches/sub/late", size: 1, secondsAgo: 20)
+        TagIndex.write(scratch.store, walked.tags, folders: walked.folders, identity: identity)
+        #expect(TagIndex.load(scratch.store) == nil)
+        let report = try Purge.purge([scratch.store], .init(kinds: [.cache]))
+        #expect(Set(paths(report)) == ["Library/Caches/sub/a", "Library/Caches/sub/late"])
+        // What purge wrote after deleting is trusted again.
+        #expect(TagIndex.load(scratch.store)?.tags.isEmpty == true)
+    }
+
     @Test func anIndexNamingOtherFilesIsNeverTrustedToDeleteThem() throws {
         let scratch = try PurgeScratch()
         try scratch.file("Documents/precious", size: 1, secondsAgo: 100)
