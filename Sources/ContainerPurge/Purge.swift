@@ -43,6 +43,9 @@ public enum Purge {
         /// Index of its store in the list given to `purge`.
         public var store: Int
         public var tag: Tag
+        /// What deleting it freed: its size, or 0 when another name of the file (a hard
+        /// link) keeps it. A dry run counts its size.
+        public var freedBytes: Int64
     }
 
     /// A store left alone because it is mounted.
@@ -133,10 +136,12 @@ public enum Purge {
         for candidate in candidates {
             if let free = options.free, report.freedBytes >= free { break }
             let (s, t) = (Int(candidate.source), Int(candidate.tag))
+            var freed = sources[s].tags[t].size
             if !options.dryRun {
                 switch walkers[s].unlink(sources[s].tags[t]) {
-                case .success:
+                case .success(let lastName):
                     removed[s][t] = true
+                    if !lastName { freed = 0 }
                 case .failure(let error):
                     // Gone already, or no longer the file the tag names: not ours to delete.
                     gone[s][t] = true
@@ -146,9 +151,9 @@ public enum Purge {
                     continue
                 }
             }
-            report.deleted.append(Deleted(store: sources[s].store, tag: sources[s].tags[t]))
+            report.deleted.append(Deleted(store: sources[s].store, tag: sources[s].tags[t], freedBytes: freed))
             // Sizes come from the store or its index: two sparse files of 5 EiB exceed Int64.
-            report.freedBytes = report.freedBytes.addingSaturated(sources[s].tags[t].size)
+            report.freedBytes = report.freedBytes.addingSaturated(freed)
         }
         if options.dryRun { return report }
 
@@ -244,19 +249,20 @@ struct ParentWalker {
         self.capacity = capacity
     }
 
-    /// Unlinks the tagged file if it is still the regular file the tag names.
-    mutating func unlink(_ tag: Tag) -> Result<Void, Errno> {
+    /// Unlinks the tagged file if it is still the regular file the tag names; true when
+    /// that was its last name (so its blocks are freed, not kept by a hard link elsewhere).
+    mutating func unlink(_ tag: Tag) -> Result<Bool, Errno> {
         guard let slash = tag.path.lastIndex(of: UInt8(ascii: "/")) else { return .failure(Errno(EINVAL)) }
         let parent: Int32
         switch directory(Array(tag.path[..<slash])) {
         case .success(let fd): parent = fd
         case .failure(let error): return .failure(error)
         }
-        return withCName(Array(tag.path[(slash + 1)...])) { name -> Result<Void, Errno> in
+        return withCName(Array(tag.path[(slash + 1)...])) { name -> Result<Bool, Errno> in
             var info = stat()
             guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Errno.current) }
             guard info.st_mode & S_IFMT == S_IFREG, UInt64(info.st_ino) == tag.inode else { return .failure(Errno(ESTALE)) }
-            return unlinkat(parent, name, 0) == 0 ? .success(()) : .failure(Errno.current)
+            return unlinkat(parent, name, 0) == 0 ? .success(info.st_nlink <= 1) : .failure(Errno.current)
         }
     }
 
@@ -317,7 +323,8 @@ public enum Quantity {
 extension Purge {
     /// Deletes the tagged files `tags` of a store that is not mounted (each checked to be
     /// the regular file its tag names, as purge does), and drops them from a trusted
-    /// index. Returns how many files went and their bytes. `run --launches` calls it
+    /// index. Returns how many files went and the bytes that freed (a file another name
+    /// keeps frees none). `run --launches` calls it
     /// between launches with the share of the caches it drew.
     public static func remove(_ tags: [Tag], from store: Store) -> (files: Int, bytes: Int64) {
         var walker = ParentWalker(rootFD: store.rootFD, capacity: 64)
@@ -325,8 +332,12 @@ extension Purge {
         // Read before the folders change, which would make it untrusted.
         let index = MountLock.holder(store) == nil ? TagIndex.load(store) : nil
         var removed: [Tag] = []
+        var bytes: Int64 = 0
         for tag in tags {
-            if case .success = walker.unlink(tag) { removed.append(tag) }
+            if case .success(let lastName) = walker.unlink(tag) {
+                removed.append(tag)
+                if lastName { bytes = bytes.addingSaturated(tag.size) }
+            }
         }
         // Between run's launches, after a daemon recorded the space used: stale now.
         if !removed.isEmpty { Capacity.forgetSummary(stateFD: store.stateFD) }
@@ -335,6 +346,6 @@ extension Purge {
             TagIndex.write(store, index.tags.filter { !gone.contains($0.inode) }, folders: index.folders,
                            restamping: TagIndex.ancestors(of: removed.map(\.path)).contains, identity: TagIndex.mountIdentity(store))
         }
-        return (removed.count, removed.reduce(0) { $0.addingReportingOverflow($1.size).overflow ? Int64.max : $0 + $1.size })
+        return (removed.count, bytes)
     }
 }

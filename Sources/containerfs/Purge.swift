@@ -129,7 +129,8 @@ struct PurgeCommand: ParsableCommand {
     private func printText(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput) {
         let verb = dryRun ? "would delete" : "deleted"
         for item in report.deleted {
-            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes  last used \(isoTime(item.tag.lastUse))\n")
+            let kept = item.freedBytes == item.tag.size ? "" : "  (another name keeps them)"
+            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes\(kept)  last used \(isoTime(item.tag.lastUse))\n")
         }
         let storeCount = Set(report.deleted.map(\.store)).count
         output.write("\(dryRun ? "would free" : "freed") \(report.freedBytes) bytes (\(humanBytes(report.freedBytes))) in \(report.deleted.count) file(s) from \(storeCount) store(s)\n")
@@ -143,7 +144,7 @@ struct PurgeCommand: ParsableCommand {
         for (number, item) in report.deleted.enumerated() {
             if number > 0 { output.write(",") }
             output.write("{\"store\":\(jsonString(opened[item.store].path)),\"path\":\(jsonString(printablePath(item.tag.path)))")
-            output.write(",\"kind\":\"\(item.tag.kind.name)\",\"size\":\(item.tag.size),\"lastUse\":\"\(isoTime(item.tag.lastUse))\",\"lastUseNanoseconds\":\(item.tag.lastUse)}")
+            output.write(",\"kind\":\"\(item.tag.kind.name)\",\"size\":\(item.tag.size),\"freedBytes\":\(item.freedBytes),\"lastUse\":\"\(isoTime(item.tag.lastUse))\",\"lastUseNanoseconds\":\(item.tag.lastUse)}")
         }
         output.write("],\"skipped\":[")
         output.write(report.skipped.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"mountpoint\":\(jsonString($0.mountpoint)),\"pid\":\($0.pid)}" }.joined(separator: ","))

@@ -215,6 +215,24 @@ struct PurgeStoreTests {
         #expect(TagIndex.load(scratch.store)?.tags.isEmpty == true)
     }
 
+    /// What purge reports freed is true: a cache file with another name (a hard link into
+    /// Documents/) frees nothing; of two tagged names of one file, only the last frees it.
+    @Test func aHardLinkedCacheFileFreesNothingUntilItsLastName() throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/kept-elsewhere", size: 1000, secondsAgo: 30)
+        try scratch.file("Library/Caches/alone", size: 300, secondsAgo: 20)
+        try scratch.file("Library/Caches/twice-a", size: 50, secondsAgo: 10)
+        try FileManager.default.createDirectory(atPath: scratch.root + "/Documents", withIntermediateDirectories: true)
+        #expect(link(scratch.root + "/Library/Caches/kept-elsewhere", scratch.root + "/Documents/kept") == 0)
+        #expect(link(scratch.root + "/Library/Caches/twice-a", scratch.root + "/Library/Caches/twice-b") == 0)
+        let report = try Purge.purge([scratch.store], .init(kinds: [.cache]))
+        let freed = Dictionary(uniqueKeysWithValues: report.deleted.map { (String(decoding: $0.tag.path, as: UTF8.self), $0.freedBytes) })
+        #expect(freed == ["Library/Caches/kept-elsewhere": 0, "Library/Caches/alone": 300, "Library/Caches/twice-a": 0, "Library/Caches/twice-b": 50]
+                || freed == ["Library/Caches/kept-elsewhere": 0, "Library/Caches/alone": 300, "Library/Caches/twice-a": 50, "Library/Caches/twice-b": 0])
+        #expect(report.freedBytes == 350)
+        #expect(scratch.exists("Documents/kept"))
+    }
+
     @Test func anIndexNamingOtherFilesIsNeverTrustedToDeleteThem() throws {
         let scratch = try PurgeScratch()
         try scratch.file("Documents/precious", size: 1, secondsAgo: 100)
