@@ -1,3 +1,5 @@
+import ContainerStore
+
 /// The report as people, scripts and CI systems read it.
 extension CheckReport {
     /// A short table: one line per rule, then the files of each rule that did not pass.
@@ -15,7 +17,7 @@ extension CheckReport {
             guard result.outcome == .warning || result.outcome == .failure else { continue }
             for finding in result.findings {
                 let size =
-                    finding.bytes.map { byteText($0) }.map { $0.padding(10, right: true) + "  " } ?? String(repeating: " ", count: 12)
+                    finding.bytes.map { humanBytes($0) }.map { $0.padding(10, right: true) + "  " } ?? String(repeating: " ", count: 12)
                 out += "          \(size)\(finding.path)  (\(finding.note))\n"
             }
             if result.findingCount > result.findings.count {
@@ -32,14 +34,14 @@ extension CheckReport {
     public var json: String {
         let rules = results.map { result in
             let findings = result.findings.map { finding in
-                "{\"path\":\(jsonText(finding.path)),\"bytes\":\(finding.bytes.map(String.init) ?? "null"),\"note\":\(jsonText(finding.note))}"
+                "{\"path\":\(jsonString(finding.path)),\"bytes\":\(finding.bytes.map(String.init) ?? "null"),\"note\":\(jsonString(finding.note))}"
             }
             return
-                "{\"rule\":\(jsonText(result.rule.rawValue)),\"title\":\(jsonText(result.rule.title)),\"outcome\":\(jsonText(result.outcome.rawValue)),"
-                + "\"summary\":\(jsonText(result.summary)),\"hint\":\(jsonText(result.rule.hint)),\"findingCount\":\(result.findingCount),"
+                "{\"rule\":\(jsonString(result.rule.rawValue)),\"title\":\(jsonString(result.rule.title)),\"outcome\":\(jsonString(result.outcome.rawValue)),"
+                + "\"summary\":\(jsonString(result.summary)),\"hint\":\(jsonString(result.rule.hint)),\"findingCount\":\(result.findingCount),"
                 + "\"findings\":[\(findings.joined(separator: ","))]}"
         }
-        return "{\"store\":\(jsonText(store)),\"failed\":\(failed),\"rules\":[\(rules.joined(separator: ","))]}\n"
+        return "{\"store\":\(jsonString(store)),\"failed\":\(failed),\"rules\":[\(rules.joined(separator: ","))]}\n"
     }
 
     /// JUnit XML as Jenkins, GitLab and GitHub Actions' reporters read it (Jenkins'
@@ -58,7 +60,7 @@ extension CheckReport {
                 "    <testcase classname=\"containerfs.check\" name=\(xmlAttribute("\(result.rule.rawValue): \(result.rule.title)")) time=\"0\""
             let details =
                 (result.findings.map { finding in
-                    (finding.bytes.map { byteText($0) + "  " } ?? "") + finding.path + "  (" + finding.note + ")"
+                    (finding.bytes.map { humanBytes($0) + "  " } ?? "") + finding.path + "  (" + finding.note + ")"
                 } + (result.findingCount > result.findings.count ? ["… and \(result.findingCount - result.findings.count) more"] : [])
                 + ["hint: " + result.rule.hint]).joined(separator: "\n")
             switch result.outcome {
@@ -81,26 +83,6 @@ extension CheckReport {
 extension CheckOutcome {
     /// Every outcome, in the order the summary line counts them.
     static let allOutcomes: [CheckOutcome] = [.pass, .warning, .failure, .skipped]
-}
-
-/// `text` as a JSON string literal.
-func jsonText(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        default:
-            if scalar.value < 0x20 || scalar.value == 0x7F {
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-    }
-    return out + "\""
 }
 
 /// `text` as XML character data. Characters XML 1.0 cannot hold at all (most C0

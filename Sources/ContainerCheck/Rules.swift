@@ -45,12 +45,12 @@ enum Rules {
 
     static func backupBudget(_ facts: CheckFacts, _ settings: CheckSettings) -> Verdict {
         var problems: [String] = []
-        var summary = "backup set \(byteText(facts.backupBytes)) of a budget of \(byteText(settings.backupBudget))"
+        var summary = "backup set \(humanBytes(facts.backupBytes)) of a budget of \(humanBytes(settings.backupBudget))"
         if facts.backupBytes > settings.backupBudget { problems.append("over budget") }
         if let first = facts.backupBytesAtFirstLaunch {
             let (growth, overflow) = facts.backupBytes.subtractingReportingOverflow(first)
             let grown = overflow ? Int64.max : growth
-            summary += "; grew \(byteText(grown)) from the first launch to the last, of \(byteText(settings.backupGrowth)) allowed"
+            summary += "; grew \(humanBytes(grown)) from the first launch to the last, of \(humanBytes(settings.backupGrowth)) allowed"
             if grown > settings.backupGrowth { problems.append("grew too much") }
         }
         guard !problems.isEmpty else { return Verdict(state: .kept, summary: summary) }
@@ -94,7 +94,7 @@ enum Rules {
                 findings.append(
                     CheckFinding(
                         path: item.path.description, bytes: item.bytes,
-                        note: "larger than \(byteText(settings.largeFile)), backed up"))
+                        note: "larger than \(humanBytes(settings.largeFile)), backed up"))
             }
         }
         for (folder, bytes) in cacheFolders {
@@ -102,7 +102,7 @@ enum Rules {
                 CheckFinding(path: folder.description + "/", bytes: bytes, note: "cache folder outside Library/Caches, backed up"))
         }
         guard !findings.isEmpty else {
-            return Verdict(state: .kept, summary: "no backed-up file over \(byteText(settings.largeFile)), no cache outside Library/Caches")
+            return Verdict(state: .kept, summary: "no backed-up file over \(humanBytes(settings.largeFile)), no cache outside Library/Caches")
         }
         return Verdict(
             state: .broken, summary: "\(findings.count) large or cache item\(plural(findings.count)) backed up", findings: findings)
@@ -180,7 +180,7 @@ enum Rules {
         // Held at Int64.max: sparse files can claim more than that between them.
         let bytes = files.reduce(Int64(0)) { $0.addingSaturated($1.bytes) }
         return Verdict(
-            state: .broken, summary: "\(files.count) file\(plural(files.count)) (\(byteText(bytes))) left in tmp/ at exit",
+            state: .broken, summary: "\(files.count) file\(plural(files.count)) (\(humanBytes(bytes))) left in tmp/ at exit",
             findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "left in tmp/") })
     }
 
@@ -230,20 +230,6 @@ enum Rules {
     }
 
     static func plural(_ count: Int) -> String { count == 1 ? "" : "s" }
-}
-
-/// `12.0 MiB`; plain bytes below 1 KiB (as `usage` and `purge` print sizes).
-public func byteText(_ bytes: Int64) -> String {
-    if bytes < 1024 { return "\(bytes) B" }
-    var value = Double(bytes)
-    for unit in ["KiB", "MiB", "GiB", "TiB"] {
-        value /= 1024
-        if value < 1024 || unit == "TiB" {
-            let tenths = Int((value * 10).rounded())
-            return "\(tenths / 10).\(tenths % 10) \(unit)"
-        }
-    }
-    return "\(bytes) B"
 }
 
 extension Array where Element == UInt8 {

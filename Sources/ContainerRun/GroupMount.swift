@@ -32,8 +32,6 @@ public final class GroupMount {
 
     static let mountLockName = Array(name: "group-mount.lock")
     static let usersLockName = Array(name: "group-users.lock")
-    /// The prefix of the folders the group mounts are made in.
-    static let folderPrefix = "containerfs-group-"
 
     private init(identifier: String, mountpoint: String, store: Store, usersFD: Int32, startedDaemon: pid_t?, lifeline: Int32 = -1) {
         self.identifier = identifier
@@ -74,14 +72,14 @@ public final class GroupMount {
         flockRetrying(users, LOCK_SH)
         if let holder = MountLock.holder(group) {
             let parent = Directory.holding(holder.mountpoint)
-            guard (parent as NSString).lastPathComponent.hasPrefix(folderPrefix) else {
+            guard PrivateMountpoint.group.isOurs(parent) else {
                 close(users)
                 throw UserError("the group container \(path) is mounted at \(holder.mountpoint): unmount it first with 'containerfs unmount \(holder.mountpoint)'; runs of its members mount it themselves")
             }
             return GroupMount(identifier: identifier, mountpoint: holder.mountpoint, store: group, usersFD: users, startedDaemon: nil)
         }
         do throws(UserError) {
-            let mountpoint = try makeMountpoint(owner: appUser)
+            let mountpoint = try PrivateMountpoint.group.make(owner: appUser)
             var options = locked ? ["nosetid", "locked"] : ["nosetid"]
             if let appUser { options += ["allow_other", "appuser=\(appUser.uid):\(appUser.gid)"] }
             let daemon: (pid: pid_t, lifeline: Int32)
@@ -89,7 +87,7 @@ public final class GroupMount {
                 // The daemon opens the store again by path: the one just opened, by its real path.
                 daemon = try MountDaemon.startTied(store: group.resolvedPath, mountpoint: mountpoint, options: options)
             } catch {
-                removeMountpoint(mountpoint)
+                PrivateMountpoint.group.remove(mountpoint)
                 throw error
             }
             return GroupMount(identifier: identifier, mountpoint: mountpoint, store: group, usersFD: users, startedDaemon: daemon.pid, lifeline: daemon.lifeline)
@@ -133,7 +131,7 @@ public final class GroupMount {
             var status: Int32 = 0
             while waitpid(startedDaemon, &status, unmounted ? 0 : WNOHANG) < 0, errno == EINTR {}
         }
-        Self.removeMountpoint(mountpoint)
+        PrivateMountpoint.group.remove(mountpoint)
     }
 
     /// Opens (making it) the lock file `name` in the group's state folder, following no symlink.
@@ -145,25 +143,5 @@ public final class GroupMount {
 
     static func flockRetrying(_ fd: Int32, _ operation: Int32) {
         while flock(fd, operation) != 0, errno == EINTR {}
-    }
-
-    /// `/tmp/containerfs-group-XXXXXX/group`, made as a run's mount point is (`Run.makeMountpoint`).
-    private static func makeMountpoint(owner: HostAppUser?) throws(UserError) -> String {
-        var template = Array("/tmp/\(folderPrefix)XXXXXX".utf8CString)
-        guard let base = mkdtemp(&template) else { throw UserError("cannot make a group mount point in /tmp: \(Errno.current)") }
-        let mountpoint = MountEntry.absolute(String(cString: base) + "/group")
-        guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a group mount point in /tmp: \(Errno.current)") }
-        if let owner, chown(base, 0, owner.gid) != 0 || chmod(base, 0o750) != 0 {
-            let error = Errno.current
-            removeMountpoint(mountpoint)
-            throw UserError("cannot open the group folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
-        }
-        return mountpoint
-    }
-
-    private static func removeMountpoint(_ mountpoint: String) {
-        rmdir(mountpoint)
-        let parent = Directory.holding(mountpoint)
-        if (parent as NSString).lastPathComponent.hasPrefix(folderPrefix) { rmdir(parent) }
     }
 }

@@ -93,9 +93,7 @@ public final class Lifeline: @unchecked Sendable {
         if MountEntry.at(mountpoint) != nil { _ = try? MountDaemon.unmount(mountpoint, lazy: true, waitForDaemon: false) }
         rmdir(mountpoint)
         let parent = Directory.holding(mountpoint)
-        let name = (parent as NSString).lastPathComponent
-        if Directory.holding(parent) == "/tmp",
-           name.hasPrefix(GroupMount.folderPrefix) || name.hasPrefix("containerfs-run-") {
+        if Directory.holding(parent) == "/tmp", PrivateMountpoint.group.isOurs(parent) || PrivateMountpoint.run.isOurs(parent) {
             rmdir(parent)
         }
     }

@@ -146,7 +146,7 @@ extension MountDaemon {
         // A run's mount unmounted by hand (its `run` was killed): its /dev nodes and run
         // folder go with it, as the run would have removed them.
         let parent = Directory.holding(entry.mountpoint)
-        if (parent as NSString).lastPathComponent.hasPrefix("containerfs-run-"), Directory.holding(parent) == "/tmp" {
+        if PrivateMountpoint.run.isOurs(parent), Directory.holding(parent) == "/tmp" {
             Sandbox.removeDevices(in: parent + "/dev")
             if !lazy { rmdir(entry.mountpoint); rmdir(parent) }
         }

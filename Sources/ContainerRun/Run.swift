@@ -102,7 +102,7 @@ public struct Run {
     func launch(_ opened: Store, sandbox: Sandbox?, relay: SignalRelay, lock: RunLock, groups: [GroupMount] = [], number: Int = 1,
                 purgedBefore: String? = nil, armed: ArmedEvent? = nil) throws(UserError) -> Int32 {
         let appUser = sandbox?.appUser
-        let mountpoint = try Self.makeMountpoint(owner: appUser)
+        let mountpoint = try PrivateMountpoint.run.make(owner: appUser)
         lock.record(mountpoint: mountpoint)
         let since = AuditLog.now()
         var daemon: pid_t?
@@ -393,22 +393,6 @@ public struct Run {
         return false
     }
 
-    /// A private folder to mount the container in: `/tmp/containerfs-run-XXXXXX/container`,
-    /// the parent 0700 so that nobody else can reach the mount. For root's program the parent
-    /// is `root:_containerfs` 0750: its user can enter it, but not change what root works on in it.
-    private static func makeMountpoint(owner: HostAppUser?) throws(UserError) -> String {
-        var template = Array("/tmp/containerfs-run-XXXXXX".utf8CString)
-        guard let base = mkdtemp(&template) else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
-        let mountpoint = MountEntry.absolute(String(cString: base) + "/container")
-        guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a mount point in /tmp: \(Errno.current)") }
-        if let owner, chown(base, 0, owner.gid) != 0 || chmod(base, 0o750) != 0 {
-            let error = Errno.current
-            removeMountpoint(mountpoint)
-            throw UserError("cannot open the run folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
-        }
-        return mountpoint
-    }
-
     /// Where root's program's `/dev` nodes are: beside the mount point.
     private static func devicesFolder(of mountpoint: String) -> String {
         Directory.holding(mountpoint) + "/dev"
@@ -417,9 +401,7 @@ public struct Run {
     /// Removes the mount point, the `/dev` nodes and their private parent, once nothing is mounted there.
     private static func removeMountpoint(_ mountpoint: String) {
         Sandbox.removeDevices(in: devicesFolder(of: mountpoint))
-        rmdir(mountpoint)
-        let parent = Directory.holding(mountpoint)
-        if (parent as NSString).lastPathComponent.hasPrefix("containerfs-run-") { rmdir(parent) }
+        PrivateMountpoint.run.remove(mountpoint)
     }
 
     private func readAll(_ fd: Int32) -> [UInt8] {

@@ -76,19 +76,8 @@ public enum ControlChannel {
         guard MountLock.holder(store) != nil else {
             throw UserError("store \(store.path) is not mounted: a power cut needs a live mount with -o power-loss")
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
-        defer { close(fd) }
-        var address = address(stateFD: store.stateFD)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else { throw UserError("the daemon of \(store.path) does not answer: \(Errno.current)") }
-        let sent = powerCutCommand.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        guard sent == powerCutCommand.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
-        var reply = [UInt8](repeating: 0, count: 128)
-        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        let text = String(decoding: reply.prefix(max(0, count)), as: UTF8.self)
+        let reply = try converse(store, [powerCutCommand], replyCapacity: 128)
+        let text = String(decoding: reply, as: UTF8.self)
         if text.hasPrefix("cut ") { return String(text.dropFirst(4)) }
         if text == "not power-loss" {
             throw UserError("the mount of \(store.path) does not track durability: mount it with -o power-loss")
@@ -108,19 +97,8 @@ public enum ControlChannel {
         guard MountLock.holder(store) != nil else {
             throw UserError("store \(store.path) is not mounted")
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
-        defer { close(fd) }
-        var address = address(stateFD: store.stateFD)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else { throw UserError("the daemon of \(store.path) does not answer: \(Errno.current)") }
-        let sent = requestsCommand.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        guard sent == requestsCommand.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
-        var reply = [UInt8](repeating: 0, count: 4096)
-        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        let words = String(decoding: reply.prefix(max(0, count)), as: UTF8.self).split(separator: " ")
+        let reply = try converse(store, [requestsCommand], replyCapacity: 4096)
+        let words = String(decoding: reply, as: UTF8.self).split(separator: " ")
         guard words.first == "requests" else { throw UserError("the daemon of \(store.path) did not answer with its request counts") }
         if words.dropFirst().first == "off" { return nil }
         var counts: [String: UInt64] = [:]
@@ -143,6 +121,18 @@ public enum ControlChannel {
     /// As `exchange`, with the whole answer: `ok SERVED [USED]`.
     private static func reply(_ store: Store, _ messages: [[UInt8]]) throws(UserError) -> (served: UInt64, used: Int64?)? {
         guard MountLock.holder(store) != nil else { return nil }
+        let reply = try converse(store, messages + [ContainerPath.root.bytes], replyCapacity: 32)
+        let words = reply.count > 3 && reply.prefix(3).elementsEqual("ok ".utf8) ? reply.dropFirst(3).split(separator: UInt8(ascii: " ")) : []
+        guard let first = words.first, let served = UInt64(String(decoding: first, as: UTF8.self)) else {
+            throw UserError("the daemon of \(store.path) did not confirm the change")
+        }
+        return (served, words.dropFirst().first.flatMap { Int64(String(decoding: $0, as: UTF8.self)) })
+    }
+
+    /// Connects to the daemon serving `store`, sends `messages` one by one and returns its
+    /// one answer (at most `replyCapacity` bytes). `closingWrites`: the daemon learns the
+    /// end of the batch from the closed write side instead of an empty message.
+    static func converse(_ store: Store, _ messages: [[UInt8]], replyCapacity: Int, closingWrites: Bool = false) throws(UserError) -> [UInt8] {
         let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
         defer { close(fd) }
@@ -151,18 +141,15 @@ public enum ControlChannel {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
-            throw UserError("the container \(store.path) is mounted but its daemon does not answer (\(Errno.current)): unmount and mount it again to see the change")
+            throw UserError("the container \(store.path) is mounted but its daemon does not answer (\(Errno.current)): unmount and mount it again")
         }
-        for bytes in messages + [ContainerPath.root.bytes] {
+        for bytes in messages {
             let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
         }
-        var reply = [UInt8](repeating: 0, count: 32)
+        if closingWrites { shutdown(fd, Int32(SHUT_WR)) }
+        var reply = [UInt8](repeating: 0, count: replyCapacity)
         let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        let words = count > 3 && reply.prefix(3).elementsEqual("ok ".utf8) ? reply[3..<count].split(separator: UInt8(ascii: " ")) : []
-        guard let first = words.first, let served = UInt64(String(decoding: first, as: UTF8.self)) else {
-            throw UserError("the daemon of \(store.path) did not confirm the change")
-        }
-        return (served, words.dropFirst().first.flatMap { Int64(String(decoding: $0, as: UTF8.self)) })
+        return Array(reply.prefix(max(0, count)))
     }
 }

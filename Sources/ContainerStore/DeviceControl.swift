@@ -75,24 +75,9 @@ public enum DeviceControl {
         guard let holder = MountLock.holder(store) else {
             throw UserError("the container \(store.path) is not mounted: the device state belongs to a live mount (containerfs mount \(store.path) MOUNTPOINT, or run --locked)")
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
-        defer { close(fd) }
-        var address = ControlChannel.address(stateFD: store.stateFD)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else {
-            throw UserError("the container \(store.path) is mounted but its daemon does not answer (\(Errno.current)): unmount and mount it again")
-        }
-        let bytes = message(command)
-        let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
         // A daemon from before device states reads paths until the end: it then answers "ok".
-        shutdown(fd, Int32(SHUT_WR))
-        var reply = [UInt8](repeating: 0, count: 64)
-        let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        guard count > 0, let state = DeviceState(rawValue: String(decoding: reply.prefix(count), as: UTF8.self)) else {
+        let reply = try ControlChannel.converse(store, [message(command)], replyCapacity: 64, closingWrites: true)
+        guard !reply.isEmpty, let state = DeviceState(rawValue: String(decoding: reply, as: UTF8.self)) else {
             throw UserError("the daemon of \(store.path) does not know device states: unmount it and mount it again with this containerfs")
         }
         return Status(state: state, mountpoint: holder.mountpoint, daemonPID: holder.pid)

@@ -191,28 +191,6 @@ struct BufferedOutput {
     }
 }
 
-/// A JSON string literal.
-func jsonString(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\t": out += "\\t"
-        case "\r": out += "\\r"
-        default:
-            if scalar.value < 0x20 {
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-    }
-    return out + "\""
-}
-
 /// `2026-11-21T10:53:15.982Z` from nanoseconds since the epoch.
 func isoTime(_ nanoseconds: Int64) -> String {
     var seconds = time_t(nanoseconds / 1_000_000_000)

@@ -155,6 +155,6 @@ import Testing
         // lines, summaries): XML 1.0 cannot hold most C0 controls even as references.
         #expect(xmlText("a\u{1}<&\u{FFFE}") == "a\\x01&lt;&amp;\\u{fffe}")
         #expect(xmlAttribute("x\n\"y") == "\"x&#10;&quot;y\"")
-        #expect(jsonText("a\u{1}\"\\") == "\"a\\u0001\\\"\\\\\"")
+        #expect(jsonString("a\u{1}\"\\") == "\"a\\u0001\\\"\\\\\"")
     }
 }
