@@ -139,9 +139,12 @@ public enum Purge {
             var freed = sources[s].tags[t].size
             if !options.dryRun {
                 switch walkers[s].unlink(sources[s].tags[t]) {
-                case .success(let lastName):
+                case .success(let removal):
                     removed[s][t] = true
-                    if !lastName { freed = 0 }
+                    // The size it had when removed: the index's may be older (a file
+                    // rewritten in place behind the mount changes no folder).
+                    sources[s].tags[t].size = removal.size
+                    freed = removal.lastName ? removal.size : 0
                 case .failure(let error):
                     // Gone already, or no longer the file the tag names: not ours to delete.
                     gone[s][t] = true
@@ -249,20 +252,21 @@ struct ParentWalker {
         self.capacity = capacity
     }
 
-    /// Unlinks the tagged file if it is still the regular file the tag names; true when
-    /// that was its last name (so its blocks are freed, not kept by a hard link elsewhere).
-    mutating func unlink(_ tag: Tag) -> Result<Bool, Errno> {
+    /// Unlinks the tagged file if it is still the regular file the tag names; returns its
+    /// size then, and whether that was its last name (so its blocks are freed, not kept by
+    /// a hard link elsewhere).
+    mutating func unlink(_ tag: Tag) -> Result<(size: Int64, lastName: Bool), Errno> {
         guard let slash = tag.path.lastIndex(of: UInt8(ascii: "/")) else { return .failure(Errno(EINVAL)) }
         let parent: Int32
         switch directory(Array(tag.path[..<slash])) {
         case .success(let fd): parent = fd
         case .failure(let error): return .failure(error)
         }
-        return withCName(Array(tag.path[(slash + 1)...])) { name -> Result<Bool, Errno> in
+        return withCName(Array(tag.path[(slash + 1)...])) { name -> Result<(size: Int64, lastName: Bool), Errno> in
             var info = stat()
             guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Errno.current) }
             guard info.st_mode & S_IFMT == S_IFREG, UInt64(info.st_ino) == tag.inode else { return .failure(Errno(ESTALE)) }
-            return unlinkat(parent, name, 0) == 0 ? .success(info.st_nlink <= 1) : .failure(Errno.current)
+            return unlinkat(parent, name, 0) == 0 ? .success((Int64(info.st_size), info.st_nlink <= 1)) : .failure(Errno.current)
         }
     }
 
@@ -334,9 +338,9 @@ extension Purge {
         var removed: [Tag] = []
         var bytes: Int64 = 0
         for tag in tags {
-            if case .success(let lastName) = walker.unlink(tag) {
+            if case .success(let removal) = walker.unlink(tag) {
                 removed.append(tag)
-                if lastName { bytes = bytes.addingSaturated(tag.size) }
+                if removal.lastName { bytes = bytes.addingSaturated(removal.size) }
             }
         }
         // Between run's launches, after a daemon recorded the space used: stale now.

@@ -233,6 +233,26 @@ struct PurgeStoreTests {
         #expect(scratch.exists("Documents/kept"))
     }
 
+    /// A cache file rewritten in place behind the mount changes no folder, so the index
+    /// stays trusted with the size it recorded; what purge reports freed is the size the
+    /// file had when it went.
+    @Test func aCacheFileRewrittenBehindTheIndexCountsItsSizeWhenDeleted() throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/grown", size: 100, secondsAgo: 30)
+        try scratch.file("Library/Caches/shrunk", size: 5000, secondsAgo: 20)
+        TagIndex.rebuild(scratch.store)
+        #expect(truncate(scratch.root + "/Library/Caches/grown", 7000) == 0)
+        #expect(truncate(scratch.root + "/Library/Caches/shrunk", 40) == 0)
+        #expect(TagIndex.load(scratch.store) != nil, "no folder changed: the index is trusted")
+        let dryRun = try Purge.purge([scratch.store], .init(kinds: [.cache], dryRun: true))
+        #expect(dryRun.walked.isEmpty)
+        let report = try Purge.purge([scratch.store], .init(kinds: [.cache]))
+        #expect(report.walked.isEmpty)
+        let sizes = Dictionary(uniqueKeysWithValues: report.deleted.map { (String(decoding: $0.tag.path, as: UTF8.self), [$0.tag.size, $0.freedBytes]) })
+        #expect(sizes == ["Library/Caches/grown": [7000, 7000], "Library/Caches/shrunk": [40, 40]])
+        #expect(report.freedBytes == 7040)
+    }
+
     @Test func anIndexNamingOtherFilesIsNeverTrustedToDeleteThem() throws {
         let scratch = try PurgeScratch()
         try scratch.file("Documents/precious", size: 1, secondsAgo: 100)
