@@ -181,10 +181,12 @@ public enum FileSharing {
 
     /// Copies `Documents/components…` (a file or folder) to the new host path `destination`
     /// (an existing folder: into it, under the same name). Never overwrites; the copy
-    /// appears whole, by a rename from a hidden name beside it.
-    public static func get(_ components: [[UInt8]], from store: Store, to destination: String) throws(UserError) -> String {
+    /// appears whole, by a rename from a hidden name beside it. The host path is bytes, as
+    /// given (a name that is not UTF-8 is kept as it is); returns the path written.
+    public static func get(_ components: [[UInt8]], from store: Store, to destination: [UInt8]) throws(UserError) -> [UInt8] {
         guard let name = components.last else { throw UserError.usage("name the file or folder in Documents/ to get") }
         let source = containerPath(components)
+        let shown = ContainerPath.printable(destination)
         let sourceFD = withCName(source.bytes) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0) }
         guard sourceFD >= 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
         defer { close(sourceFD) }
@@ -192,22 +194,21 @@ public enum FileSharing {
         guard fstat(sourceFD, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFDIR else {
             throw UserError("\(source) is not a file or folder")
         }
-        var folder = destination, leaf = Array(destination.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
+        let slash = UInt8(ascii: "/"), here: [UInt8] = [0x2E]
+        var folder = destination, leaf = Array(destination.split(separator: slash).last ?? [])
         var existing = stat()
-        if stat(destination, &existing) == 0 {
+        if withCName(destination, { stat($0, &existing) }) == 0 {
             guard existing.st_mode & S_IFMT == S_IFDIR else {
-                throw UserError("\(destination) exists: get never overwrites; name a new path")
+                throw UserError("\(shown) exists: get never overwrites; name a new path")
             }
             leaf = name
         } else {
-            folder =
-                destination.utf8.contains(UInt8(ascii: "/"))
-                ? String(destination[..<(destination.lastIndex(of: "/") ?? destination.startIndex)]) : "."
-            if folder.isEmpty { folder = "/" }
+            folder = destination.lastIndex(of: slash).map { Array(destination[..<$0]) } ?? here
+            if folder.isEmpty { folder = [slash] }
         }
-        guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(destination) names no file") }
-        let parent = Glibc.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard parent >= 0 else { throw UserError("cannot write into \(folder): \(Errno.current)") }
+        guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(shown) names no file") }
+        let parent = withCName(folder) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard parent >= 0 else { throw UserError("cannot write into \(ContainerPath.printable(folder)): \(Errno.current)") }
         defer { close(parent) }
         let temporary = StagingName.random(beside: leaf, "getting")
         do {
@@ -222,11 +223,10 @@ public enum FileSharing {
             guard renamed == 0 else { throw Errno.current }
         } catch {
             removeTree(at: parent, temporary)
-            throw UserError("cannot get \(source) into \(destination): \(error)")
+            throw UserError("cannot get \(source) into \(shown): \(error)")
         }
-        return folder == "."
-            ? String(decoding: leaf, as: UTF8.self)
-            : (folder.hasSuffix("/") ? folder : folder + "/") + String(decoding: leaf, as: UTF8.self)
+        if folder == here { return leaf }
+        return (folder.last == slash ? folder : folder + [slash]) + leaf
     }
 
     /// Deletes the file or folder `Documents/components…`; returns its container path.

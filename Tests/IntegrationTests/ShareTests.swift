@@ -180,6 +180,28 @@ struct ShareTests {
         #expect(result.status == 0 && result.stdout == "datadata", "\(result)")
     }
 
+    /// `get` writes the host name it was given, byte for byte: a new file named with the
+    /// byte 0xFF, and an existing folder so named receiving the file (before, the host path
+    /// went through a String: the file appeared under U+FFFD, and the folder was not found).
+    @Test func getWritesHostNamesAsBytes() throws {
+        let container = try MountedContainer(infoPlist: Self.sharingXML)
+        try Data("data".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/a.txt")))
+        let script = #"""
+            out="$1/out"; mkdir "$out" "$out/d$(printf '\377')" || exit 1
+            "$2" share "$3" get a.txt "$out/g$(printf '\377')" || exit 1
+            "$2" share "$3" get a.txt "$out/d$(printf '\377')" || exit 1
+            cat "$out/g$(printf '\377')" "$out/d$(printf '\377')/a.txt" || exit 1
+            echo; ls -A "$out" "$out"/d* | od -An -tx1 | tr -d '\n'
+            """#
+        let result = try runProgram(["sh", "-c", script, "sh", container.base, containerfsBinary, container.store])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.contains("got Documents/a.txt as \(container.base)/out/g\\xff\n"), "the name shown as bytes: \(result)")
+        #expect(result.stdout.contains("got Documents/a.txt as \(container.base)/out/d\\xff/a.txt\n"), "\(result)")
+        #expect(result.stdout.contains("datadata\n"), "\(result)")
+        // "d\xff" and "g\xff" listed, then the folder's "a.txt"; no U+FFFD (ef bf bd) anywhere.
+        #expect(result.stdout.contains(" 64 ff 0a 67 ff 0a") && !result.stdout.contains("ef bf bd"), "\(result)")
+    }
+
     @Test func aLiveMountSeesEachChangeAtOnce() throws {
         let container = try MountedContainer(infoPlist: Self.sharingXML)
         try Data("old".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/a.txt")))
