@@ -470,4 +470,48 @@ struct DeviceFullTests {
 
         try endRun(app, device, expectingTheLedger: used + need + need)
     }
+
+    // MARK: share mv
+
+    /// The blocks of the folder at `path`, in bytes.
+    private func folderBytes(_ path: String) -> Int64 {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_blocks) * 512 : -1
+    }
+
+    /// `share mv` into a folder that must grow by a block to take the name, in the other
+    /// app while the app is mounted (its daemons keep the ledger): the block goes to the
+    /// ledger, which equals du after the run, as after `share rm`. (Before, the rename was
+    /// not settled: the ledger missed the block.)
+    @Test func shareMvWhileTheDeviceIsMountedSettlesTheLedger() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        // How many entries of 200-byte names one folder's first blocks hold, found in a
+        // scratch folder on the same file system; the folder in Documents/ gets one fewer.
+        let entry = { (number: Int) in "e" + String(repeating: "0", count: 190) + String(format: "%09d", number) }
+        let scratch = device.base + "/grow"
+        #expect(mkdir(scratch, 0o755) == 0)
+        let empty = folderBytes(scratch)
+        var held = 0
+        while folderBytes(scratch) == empty, held < 1000 {
+            #expect(FileManager.default.createFile(atPath: scratch + "/" + entry(held), contents: nil))
+            held += 1
+        }
+        let folder = device.other + "/Documents/full"
+        #expect(mkdir(folder, 0o755) == 0)
+        for number in 0..<(held - 1) { #expect(FileManager.default.createFile(atPath: folder + "/" + entry(number), contents: nil)) }
+        let moved = entry(held - 1)
+        #expect(FileManager.default.createFile(atPath: device.other + "/Documents/" + moved, contents: nil))
+        let before = folderBytes(folder)
+        #expect(before == empty, "the folder has not grown yet")
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + (1 << 20))"]).status == 0)
+        let app = try runApp(device)
+
+        let mv = try containerfs(["share", device.other, "mv", moved, "full/" + moved])
+        #expect(mv.status == 0, "\(mv)")
+        let growth = folderBytes(folder) - before
+        #expect(growth > 0, "the rename grew the folder: the test proves nothing otherwise")
+        try endRun(app, device, expectingTheLedger: used + growth)
+    }
 }
