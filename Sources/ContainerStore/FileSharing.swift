@@ -152,21 +152,8 @@ public enum FileSharing {
                 } else {
                     try TreeCopy.copyFile(from: sourceFD, toNew: temporary, in: staging)
                 }
-                // One change at a time from the capacity check to the rename, as `deliver`.
-                try sys { flock(staging, LOCK_EX) }
-                // A replaced file with another name (a hard link) frees nothing.
-                let replaced = existing == nil ? 0 : Capacity.freedBytes(at: parent, name)
-                let added = Capacity.treeBytes(at: staging, temporary)
-                let what = "put \(source) into \(store.path)"
-                try Capacity.checkFits(store, adding: added, removing: replaced, what)
-                try device?.admit(added.subtractingSaturated(replaced), what, need: "the copy adds")
-                let renamed = withCName(temporary) { from in
-                    withCName(name) { to in
-                        existing == nil
-                            ? clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE) : renameat(staging, from, parent, to)
-                    }
-                }
-                guard renamed == 0 else { throw Errno.current }
+                try place(temporary, from: staging, as: name, in: parent, replacing: existing != nil, store, device: device,
+                          "put \(source) into \(store.path)", need: "the copy adds")
             } catch {
                 removeTree(at: staging, temporary)
                 throw error
@@ -287,9 +274,12 @@ public enum FileSharing {
     }
 
     /// Writes `contents` as the file `Documents/components…`, through the staging area and
-    /// one rename: replacing the file there (`replacing`) or taking a free name.
-    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool) throws(UserError)
-        -> ContainerPath
+    /// one rename: replacing the file there (`replacing`) or taking a free name. Held to
+    /// the container's capacity and, through `device` (made for this store; its caller
+    /// finishes it), to its device's free space, exactly as `put` is (the same step): an
+    /// edit that does not fit is refused with one line and nothing is written.
+    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool,
+                             device: DeviceInstall? = nil) throws(UserError) -> ContainerPath
     {
         guard let name = components.last else { throw UserError.usage("name the file in Documents/ to write") }
         let target = containerPath(components)
@@ -300,21 +290,43 @@ public enum FileSharing {
             let staging = try stagingFolder(store)
             defer { close(staging) }
             let temporary = StagingName.random(beside: name, "sharing")
-            try writeNewFile(at: staging, temporary, contents)
-            let renamed = withCName(temporary) { from in
-                withCName(name) { to in
-                    replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE)
-                }
-            }
-            guard renamed == 0 else {
-                let error = Errno.current
-                _ = withCName(temporary) { unlinkat(staging, $0, 0) }
+            do {
+                try writeNewFile(at: staging, temporary, contents)
+                try place(temporary, from: staging, as: name, in: parent, replacing: replacing, store, device: device,
+                          "\(replacing ? "replace" : "add") \(target) in \(store.path)", need: "the edit adds")
+            } catch {
+                removeTree(at: staging, temporary)
                 throw error
             }
+        } catch let error as UserError {
+            throw error
         } catch {
             throw UserError("cannot write \(target): \(error)")
         }
         return target
+    }
+
+    /// Puts `temporary`, made whole in the staging folder, in place as `name` in `parent`:
+    /// over the file there (`replacing`) or only under a free name. Before the rename, what
+    /// it adds (its blocks, less the file it replaces) is checked against the container's
+    /// capacity and admitted by `device` (SPEC §10, §15): a refusal (one line naming
+    /// `what`, `need` saying what takes the bytes) throws before anything changes. The one
+    /// step of `put` and of the edits of `run --share-edits`.
+    private static func place(_ temporary: [UInt8], from staging: Int32, as name: [UInt8], in parent: Int32, replacing: Bool,
+                              _ store: Store, device: DeviceInstall?, _ what: String, need: String) throws {
+        // One change at a time from the capacity check to the rename, as `deliver`.
+        try sys { flock(staging, LOCK_EX) }
+        // A replaced file with another name (a hard link) frees nothing.
+        let replaced = replacing ? Capacity.freedBytes(at: parent, name) : 0
+        let added = Capacity.treeBytes(at: staging, temporary)
+        try Capacity.checkFits(store, adding: added, removing: replaced, what)
+        try device?.admit(added.subtractingSaturated(replaced), what, need: need)
+        let renamed = withCName(temporary) { from in
+            withCName(name) { to in
+                replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE)
+            }
+        }
+        guard renamed == 0 else { throw Errno.current }
     }
 
     /// The state folder's staging folder (as `deliver`'s, the same one and its lock).

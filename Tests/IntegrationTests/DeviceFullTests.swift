@@ -471,7 +471,64 @@ struct DeviceFullTests {
         try endRun(app, device, expectingTheLedger: used + need + need)
     }
 
-    // MARK: share mv
+    // MARK: run --launches --share-edits random, share mv
+
+    /// `run --launches N --share-edits random -- true` on the app, whose group stays mounted
+    /// across the launches (its daemon keeps the device's ledger between them).
+    private func runWithShareEdits(_ device: GroupDevice, launches: Int, seed: Int) throws -> ProgramResult {
+        try containerfs(["run", device.app, "--launches", "\(launches)", "--share-edits", "random", "--seed", "\(seed)", "--", "true"])
+    }
+
+    /// A full device (less than a block free) refuses every file the user would add between
+    /// launches, as `share put` is refused: each refusal is one line on stderr naming the
+    /// device's free space, the launch's line says the edit could not be made, nothing is
+    /// written, the launches go on (exit 0), and the ledger equals du, within the capacity.
+    /// (Before, the edits were written unchecked: du ended past the capacity.)
+    @Test func runShareEditsAreRefusedOnAFullDevice() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + 2048)"]).status == 0)
+        // Documents/ shows no file: every edit drawn is an add.
+        let result = try runWithShareEdits(device, launches: 3, seed: 4)
+        #expect(result.status == 0 && result.stderr.contains("all 3 launches exited 0 (seed 4)"), "the launches go on: \(result)")
+        let lines = result.stderr.split(separator: "\n")
+        let refusals = lines.filter { $0.hasPrefix("containerfs: cannot add Documents/Shared ") }
+        let edits = lines.filter { $0.contains("; the user ") }
+        #expect(edits.count == 2 && !refusals.isEmpty, "\(result)")
+        #expect(refusals.count == edits.map { $0.components(separatedBy: "could not add Documents/Shared ").count - 1 }.reduce(0, +),
+                "one line per edit refused: \(result)")
+        for line in refusals {
+            #expect(line.contains(" in \(device.app): the edit adds ") && line.contains("the device \(device.device) has ")
+                    && line.contains("containerfs capacity \(device.device) SIZE"), "\(line)")
+        }
+        #expect(try names(device.app + "/Documents") == ["Inbox"] && names(device.app + "/.containerfs/incoming") == [], "nothing was written")
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked <= used + 2048, "ledger \(counted), du \(walked), capacity \(used + 2048)")
+    }
+
+    /// With room, the user's edits between launches (adds, replacements, deletions and
+    /// renames of 100 kB files) are made, and each goes to the device's ledger while the
+    /// group is mounted: after the run the ledger equals du. (Before, they went uncounted.)
+    @Test func runShareEditsSettleTheDeviceLedger() throws {
+        let device = try GroupDevice()
+        try shareDocuments(device)
+        for name in ["a.bin", "b.bin", "c.txt"] {
+            try Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 5) }).write(to: URL(fileURLWithPath: device.app + "/Documents/" + name))
+        }
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + (1 << 20))"]).status == 0)
+        let result = try runWithShareEdits(device, launches: 4, seed: 3)
+        #expect(result.status == 0, "\(result)")
+        let edits = result.stderr.split(separator: "\n").filter { $0.contains("; the user ") }
+        #expect(edits.count == 3 && !result.stderr.contains("could not"), "\(result)")
+        #expect(edits.contains { $0.contains("deleted Documents/") || $0.contains("replaced Documents/") },
+                "an edit freed blocks: \(result)")
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked != used, "ledger \(counted), du \(walked), before \(used)")
+    }
 
     /// The blocks of the folder at `path`, in bytes.
     private func folderBytes(_ path: String) -> Int64 {
