@@ -302,7 +302,9 @@ extension Run {
     }
 
     /// Purges the caches as chosen (`tmp/` was emptied when the last launch ended) and says
-    /// what went, as one line.
+    /// what went, as one line. What it frees goes to the device's live count while another
+    /// container of the device is mounted (the app's groups stay mounted across the
+    /// launches), as `containerfs purge` gives it (`markChanges`).
     private func purgeBetween(_ store: Store, _ purge: Launches.PurgeBetween, _ generator: inout SplitMix64) -> String {
         let caches = Tags.scan(store, kinds: [.cache]).sorted { $0.path.lexicographicallyPrecedes($1.path) }
         let chosen: [Tag]
@@ -311,6 +313,9 @@ extension Run {
         case .caches: chosen = caches
         case .random: chosen = Launches.randomChoice(of: caches.count, using: &generator).map { caches[$0] }
         }
+        // The walks before and after only when something goes.
+        let settle = chosen.isEmpty ? {} : DeviceCapacity.markChanges(storePaths: [store.path])
+        defer { settle() }
         let removed = Purge.remove(chosen, from: store)
         let kept = caches.count - removed.files
         let what =

@@ -530,6 +530,21 @@ struct DeviceFullTests {
         #expect(counted == walked && walked != used, "ledger \(counted), du \(walked), before \(used)")
     }
 
+    /// What `--purge-between caches` frees between launches goes to the device's ledger
+    /// while the group is mounted, as `purge` gives it: after the run the ledger equals du.
+    /// (Before, the ledger kept the purged 300 kB: it ended above du.)
+    @Test func runPurgeBetweenLaunchesSettlesTheDeviceLedger() throws {
+        let device = try GroupDevice()
+        try Data(repeating: 9, count: 300_000).write(to: URL(fileURLWithPath: device.app + "/Library/Caches/cache.bin"))
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + (1 << 20))"]).status == 0)
+        let result = try containerfs(["run", device.app, "--launches", "2", "--purge-between", "caches", "--", "true"])
+        #expect(result.status == 0 && result.stderr.contains("all 1 cache file purged (300000 bytes freed"), "\(result)")
+        let stores = [device.app, device.widget, device.other, device.groupStore]
+        let counted = try ledger(device), walked = try du(stores)
+        #expect(counted == walked && walked < used, "ledger \(counted), du \(walked), before \(used)")
+    }
+
     /// The blocks of the folder at `path`, in bytes.
     private func folderBytes(_ path: String) -> Int64 {
         var info = stat()
