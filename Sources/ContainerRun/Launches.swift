@@ -146,6 +146,23 @@ public struct Launches: Sendable {
         /// A file's contents replaced by others (as a save from another device).
         case replace([[UInt8]])
         case delete([[UInt8]])
+
+        /// What the edit does, as a verb ("add").
+        public var verb: String {
+            switch self {
+            case .add: "add"
+            case .rename: "rename"
+            case .replace: "replace"
+            case .delete: "delete"
+            }
+        }
+
+        /// The file the edit is made on (the old name of a rename).
+        public var path: [[UInt8]] {
+            switch self {
+            case .add(let path), .rename(let path, _), .replace(let path), .delete(let path): path
+            }
+        }
     }
 
     /// The edits the user makes before launch `launch`, among `files` (the files file
@@ -285,7 +302,9 @@ extension Run {
     }
 
     /// Purges the caches as chosen (`tmp/` was emptied when the last launch ended) and says
-    /// what went, as one line.
+    /// what went, as one line. What it frees goes to the device's live count while another
+    /// container of the device is mounted (the app's groups stay mounted across the
+    /// launches), as `containerfs purge` gives it (`markChanges`).
     private func purgeBetween(_ store: Store, _ purge: Launches.PurgeBetween, _ generator: inout SplitMix64) -> String {
         let caches = Tags.scan(store, kinds: [.cache]).sorted { $0.path.lexicographicallyPrecedes($1.path) }
         let chosen: [Tag]
@@ -294,6 +313,9 @@ extension Run {
         case .caches: chosen = caches
         case .random: chosen = Launches.randomChoice(of: caches.count, using: &generator).map { caches[$0] }
         }
+        // The walks before and after only when something goes.
+        let settle = chosen.isEmpty ? {} : DeviceCapacity.markChanges(storePaths: [store.path])
+        defer { settle() }
         let removed = Purge.remove(chosen, from: store)
         let kept = caches.count - removed.files
         let what =
@@ -306,24 +328,50 @@ extension Run {
     }
 
     /// Makes the user's edits before `launch` (the app is not running: nothing is mounted)
-    /// and says what they were, as part of the line.
+    /// and says what they were, as part of the line. Each goes through the path of
+    /// `containerfs share`: an add or a replacement is held to the container's capacity
+    /// and to its device's free space (`DeviceInstall`, as `share put`), a deletion or a
+    /// rename is given to the device's live count (`markChanges`, as `share rm` and `mv`),
+    /// and the daemon's recorded count goes (`ControlChannel.invalidate`), so that the next
+    /// launch's mount counts the store afresh. An edit refused or failing is not made: its
+    /// one line goes to stderr as `share` would print it, the launch's line says which edit
+    /// could not be made, and the launches go on (a copy the Files app could not make does
+    /// not stop the app).
     private func shareEdits(_ store: Store, beforeLaunch launch: Int, _ generator: inout SplitMix64) -> String {
         let edits = Launches.randomEdits(of: FileSharing.files(store), beforeLaunch: launch, using: &generator)
         let said = edits.map { edit -> String in
-            do {
+            do throws(UserError) {
                 switch edit {
                 case .add(let path):
-                    return "added \(try FileSharing.write(Array("added by the user before launch \(launch)\n".utf8), to: path, in: store, replacing: false))"
+                    let device = DeviceInstall(storePaths: [store.path])
+                    defer { device.finish() }
+                    let added = try FileSharing.write(Array("added by the user before launch \(launch)\n".utf8), to: path, in: store,
+                                                      replacing: false, device: device)
+                    _ = try? ControlChannel.invalidate(store, [added])
+                    return "added \(added)"
                 case .rename(let from, let to):
+                    let settle = DeviceCapacity.markChanges(storePaths: [store.path])
+                    defer { settle() }
                     let paths = try FileSharing.move(from, to: to, in: store)
+                    _ = try? ControlChannel.invalidate(store, paths)
                     return "renamed \(paths[0]) to \(paths[1])"
                 case .replace(let path):
-                    return "replaced \(try FileSharing.write(Array("replaced by the user before launch \(launch)\n".utf8), to: path, in: store, replacing: true))"
+                    let device = DeviceInstall(storePaths: [store.path])
+                    defer { device.finish() }
+                    let replaced = try FileSharing.write(Array("replaced by the user before launch \(launch)\n".utf8), to: path, in: store,
+                                                         replacing: true, device: device)
+                    _ = try? ControlChannel.invalidate(store, [replaced])
+                    return "replaced \(replaced)"
                 case .delete(let path):
-                    return "deleted \(try FileSharing.remove(path, from: store))"
+                    let settle = DeviceCapacity.markChanges(storePaths: [store.path])
+                    defer { settle() }
+                    let deleted = try FileSharing.remove(path, from: store)
+                    _ = try? ControlChannel.invalidate(store, [deleted])
+                    return "deleted \(deleted)"
                 }
             } catch {
-                return "could not: \((error as? UserError)?.message ?? "\(error)")"
+                say(error.message)
+                return "could not \(edit.verb) \(FileSharing.containerPath(edit.path))"
             }
         }
         return "the user " + said.joined(separator: ", ")

@@ -197,6 +197,17 @@ public enum DeviceCapacity {
         addToLedger(mark.devicePath, after.subtractingSaturated(mark.before))
     }
 
+    /// Marks the stores at `paths` (made or not yet) before a command changes them behind the
+    /// mounts of their device; the closure returned gives what changed to the device's live
+    /// count, when a mounted container's daemon keeps one (docs/capacity.md). A store mounted
+    /// is left to its daemon. For changes that add nothing to admit (`offload`, `share rm`
+    /// and `mv`, the user's deletions and renames of `run --share-edits`); what adds goes
+    /// through `DeviceInstall`.
+    public static func markChanges(storePaths paths: [String]) -> () -> Void {
+        let marks = paths.map { ($0, markChange(storePath: $0)) }
+        return { for (path, mark) in marks { settleChange(mark, storePath: path) } }
+    }
+
     static func openLock(_ state: Int32, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
         guard fd >= 0 else {

@@ -152,21 +152,8 @@ public enum FileSharing {
                 } else {
                     try TreeCopy.copyFile(from: sourceFD, toNew: temporary, in: staging)
                 }
-                // One change at a time from the capacity check to the rename, as `deliver`.
-                try sys { flock(staging, LOCK_EX) }
-                // A replaced file with another name (a hard link) frees nothing.
-                let replaced = existing == nil ? 0 : Capacity.freedBytes(at: parent, name)
-                let added = Capacity.treeBytes(at: staging, temporary)
-                let what = "put \(source) into \(store.path)"
-                try Capacity.checkFits(store, adding: added, removing: replaced, what)
-                try device?.admit(added.subtractingSaturated(replaced), what, need: "the copy adds")
-                let renamed = withCName(temporary) { from in
-                    withCName(name) { to in
-                        existing == nil
-                            ? clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE) : renameat(staging, from, parent, to)
-                    }
-                }
-                guard renamed == 0 else { throw Errno.current }
+                try place(temporary, from: staging, as: name, in: parent, replacing: existing != nil, store, device: device,
+                          "put \(source) into \(store.path)", need: "the copy adds")
             } catch {
                 removeTree(at: staging, temporary)
                 throw error
@@ -181,10 +168,12 @@ public enum FileSharing {
 
     /// Copies `Documents/components…` (a file or folder) to the new host path `destination`
     /// (an existing folder: into it, under the same name). Never overwrites; the copy
-    /// appears whole, by a rename from a hidden name beside it.
-    public static func get(_ components: [[UInt8]], from store: Store, to destination: String) throws(UserError) -> String {
+    /// appears whole, by a rename from a hidden name beside it. The host path is bytes, as
+    /// given (a name that is not UTF-8 is kept as it is); returns the path written.
+    public static func get(_ components: [[UInt8]], from store: Store, to destination: [UInt8]) throws(UserError) -> [UInt8] {
         guard let name = components.last else { throw UserError.usage("name the file or folder in Documents/ to get") }
         let source = containerPath(components)
+        let shown = ContainerPath.printable(destination)
         let sourceFD = withCName(source.bytes) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0) }
         guard sourceFD >= 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
         defer { close(sourceFD) }
@@ -192,22 +181,21 @@ public enum FileSharing {
         guard fstat(sourceFD, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFDIR else {
             throw UserError("\(source) is not a file or folder")
         }
-        var folder = destination, leaf = Array(destination.utf8.split(separator: UInt8(ascii: "/")).last ?? [])
+        let slash = UInt8(ascii: "/"), here: [UInt8] = [0x2E]
+        var folder = destination, leaf = Array(destination.split(separator: slash).last ?? [])
         var existing = stat()
-        if stat(destination, &existing) == 0 {
+        if withCName(destination, { stat($0, &existing) }) == 0 {
             guard existing.st_mode & S_IFMT == S_IFDIR else {
-                throw UserError("\(destination) exists: get never overwrites; name a new path")
+                throw UserError("\(shown) exists: get never overwrites; name a new path")
             }
             leaf = name
         } else {
-            folder =
-                destination.utf8.contains(UInt8(ascii: "/"))
-                ? String(destination[..<(destination.lastIndex(of: "/") ?? destination.startIndex)]) : "."
-            if folder.isEmpty { folder = "/" }
+            folder = destination.lastIndex(of: slash).map { Array(destination[..<$0]) } ?? here
+            if folder.isEmpty { folder = [slash] }
         }
-        guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(destination) names no file") }
-        let parent = Glibc.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard parent >= 0 else { throw UserError("cannot write into \(folder): \(Errno.current)") }
+        guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(shown) names no file") }
+        let parent = withCName(folder) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard parent >= 0 else { throw UserError("cannot write into \(ContainerPath.printable(folder)): \(Errno.current)") }
         defer { close(parent) }
         let temporary = StagingName.random(beside: leaf, "getting")
         do {
@@ -222,11 +210,10 @@ public enum FileSharing {
             guard renamed == 0 else { throw Errno.current }
         } catch {
             removeTree(at: parent, temporary)
-            throw UserError("cannot get \(source) into \(destination): \(error)")
+            throw UserError("cannot get \(source) into \(shown): \(error)")
         }
-        return folder == "."
-            ? String(decoding: leaf, as: UTF8.self)
-            : (folder.hasSuffix("/") ? folder : folder + "/") + String(decoding: leaf, as: UTF8.self)
+        if folder == here { return leaf }
+        return (folder.last == slash ? folder : folder + [slash]) + leaf
     }
 
     /// Deletes the file or folder `Documents/components…`; returns its container path.
@@ -287,9 +274,12 @@ public enum FileSharing {
     }
 
     /// Writes `contents` as the file `Documents/components…`, through the staging area and
-    /// one rename: replacing the file there (`replacing`) or taking a free name.
-    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool) throws(UserError)
-        -> ContainerPath
+    /// one rename: replacing the file there (`replacing`) or taking a free name. Held to
+    /// the container's capacity and, through `device` (made for this store; its caller
+    /// finishes it), to its device's free space, exactly as `put` is (the same step): an
+    /// edit that does not fit is refused with one line and nothing is written.
+    public static func write(_ contents: [UInt8], to components: [[UInt8]], in store: Store, replacing: Bool,
+                             device: DeviceInstall? = nil) throws(UserError) -> ContainerPath
     {
         guard let name = components.last else { throw UserError.usage("name the file in Documents/ to write") }
         let target = containerPath(components)
@@ -300,21 +290,43 @@ public enum FileSharing {
             let staging = try stagingFolder(store)
             defer { close(staging) }
             let temporary = StagingName.random(beside: name, "sharing")
-            try writeNewFile(at: staging, temporary, contents)
-            let renamed = withCName(temporary) { from in
-                withCName(name) { to in
-                    replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE)
-                }
-            }
-            guard renamed == 0 else {
-                let error = Errno.current
-                _ = withCName(temporary) { unlinkat(staging, $0, 0) }
+            do {
+                try writeNewFile(at: staging, temporary, contents)
+                try place(temporary, from: staging, as: name, in: parent, replacing: replacing, store, device: device,
+                          "\(replacing ? "replace" : "add") \(target) in \(store.path)", need: "the edit adds")
+            } catch {
+                removeTree(at: staging, temporary)
                 throw error
             }
+        } catch let error as UserError {
+            throw error
         } catch {
             throw UserError("cannot write \(target): \(error)")
         }
         return target
+    }
+
+    /// Puts `temporary`, made whole in the staging folder, in place as `name` in `parent`:
+    /// over the file there (`replacing`) or only under a free name. Before the rename, what
+    /// it adds (its blocks, less the file it replaces) is checked against the container's
+    /// capacity and admitted by `device` (SPEC §10, §15): a refusal (one line naming
+    /// `what`, `need` saying what takes the bytes) throws before anything changes. The one
+    /// step of `put` and of the edits of `run --share-edits`.
+    private static func place(_ temporary: [UInt8], from staging: Int32, as name: [UInt8], in parent: Int32, replacing: Bool,
+                              _ store: Store, device: DeviceInstall?, _ what: String, need: String) throws {
+        // One change at a time from the capacity check to the rename, as `deliver`.
+        try sys { flock(staging, LOCK_EX) }
+        // A replaced file with another name (a hard link) frees nothing.
+        let replaced = replacing ? Capacity.freedBytes(at: parent, name) : 0
+        let added = Capacity.treeBytes(at: staging, temporary)
+        try Capacity.checkFits(store, adding: added, removing: replaced, what)
+        try device?.admit(added.subtractingSaturated(replaced), what, need: need)
+        let renamed = withCName(temporary) { from in
+            withCName(name) { to in
+                replacing ? renameat(staging, from, parent, to) : clinux_renameat2(staging, from, parent, to, clinux_RENAME_NOREPLACE)
+            }
+        }
+        guard renamed == 0 else { throw Errno.current }
     }
 
     /// The state folder's staging folder (as `deliver`'s, the same one and its lock).

@@ -105,12 +105,3 @@ func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [
     }
     output.write("low storage: \(store.path) had \(humanBytes(report.freeBefore)) free, now \(humanBytes(report.freeAfter)) (asked for \(humanBytes(wanted)))\n")
 }
-
-/// Marks the stores at `paths` (made or not yet) before a command changes them behind the
-/// mounts of their device; the closure returned gives what changed to the device's live
-/// count, when a mounted container's daemon keeps one (docs/capacity.md). A store mounted
-/// is left to its daemon.
-func deviceChanges(_ paths: [String]) -> () -> Void {
-    let marks = paths.map { ($0, DeviceCapacity.markChange(storePath: $0)) }
-    return { for (path, mark) in marks { DeviceCapacity.settleChange(mark, storePath: path) } }
-}

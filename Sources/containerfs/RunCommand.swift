@@ -55,7 +55,10 @@ struct RunCommand: ParsableCommand {
             the exit status is the first failing launch's, named with the seed to replay it. \
             --share-edits random also has the user edit Documents/ between launches, as \
             through file sharing (files renamed, replaced, deleted, added; drawn from the \
-            seed), for an app whose Info.plist enables it. See docs/lifecycle.md.
+            seed), for an app whose Info.plist enables it. A file the user adds or replaces \
+            is held to the container's capacity and its device's free space as 'share put' \
+            is: one that does not fit is not made, its one line goes to stderr, and the \
+            launches go on. See docs/lifecycle.md.
 
             A container with a capacity (see 'containerfs capacity') is a full disk to the \
             program past it. --low-storage SIZE|PERCENT frees space before the program starts, \

@@ -13,7 +13,8 @@ struct Share: ParsableCommand {
             the host name; a file replaces a file of that name atomically, nothing else is \
             replaced); get PATH [HOST] copies one out (never overwriting; an existing folder \
             receives it); rm PATH deletes a file or folder; mv PATH NEWPATH renames, never \
-            replacing. PATHs are relative to Documents/.
+            replacing. PATHs are relative to Documents/. Every path is taken as bytes: a \
+            name that is not UTF-8, in Documents/ or on the host, is kept as given.
 
             As on iOS, only an app whose Info.plist sets UIFileSharingEnabled or \
             LSSupportsOpeningDocumentsInPlace to true shares its Documents/ (XML and binary \
@@ -75,18 +76,24 @@ struct Share: ParsableCommand {
                 FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
             case "get":
                 let components = try FileSharing.components(rawArgument(operands[0]))
-                let destination = operands.count > 1 ? operands[1] : "."
+                // The host path is bytes, as given (as put's): a name that is not UTF-8 is kept.
+                let destination = operands.count > 1 ? rawArguments(operands)[1] : Array(".".utf8)
                 let written = try FileSharing.get(components, from: opened, to: destination)
-                FileHandleOutput.standardOutput.write("got \(FileSharing.containerPath(components)) as \(written)\n")
+                FileHandleOutput.standardOutput.write("got \(FileSharing.containerPath(components)) as \(ContainerPath.printable(written, escapingControls: true))\n")
             case "rm":
                 // What it frees goes to the device's live count while a sibling is mounted
                 // (docs/capacity.md); a mounted container's daemon recounts at the invalidate.
-                let settle = deviceChanges([store])
+                let settle = DeviceCapacity.markChanges(storePaths: [store])
                 defer { settle() }
                 let path = try FileSharing.remove(try FileSharing.components(rawArgument(operands[0])), from: opened)
                 try ControlChannel.invalidate(opened, [path])
                 FileHandleOutput.standardOutput.write("removed \(path)\n")
             default:
+                // As rm: a rename can grow the folder it goes into by a block, given to the
+                // device's live count while a sibling is mounted; a mounted container's
+                // daemon recounts at the invalidate.
+                let settle = DeviceCapacity.markChanges(storePaths: [store])
+                defer { settle() }
                 let paths = try FileSharing.move(
                     try FileSharing.components(rawArgument(operands[0])),
                     to: try FileSharing.components(rawArgument(operands[1])), in: opened)

@@ -180,6 +180,28 @@ struct ShareTests {
         #expect(result.status == 0 && result.stdout == "datadata", "\(result)")
     }
 
+    /// `get` writes the host name it was given, byte for byte: a new file named with the
+    /// byte 0xFF, and an existing folder so named receiving the file (before, the host path
+    /// went through a String: the file appeared under U+FFFD, and the folder was not found).
+    @Test func getWritesHostNamesAsBytes() throws {
+        let container = try MountedContainer(infoPlist: Self.sharingXML)
+        try Data("data".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/a.txt")))
+        let script = #"""
+            out="$1/out"; mkdir "$out" "$out/d$(printf '\377')" || exit 1
+            "$2" share "$3" get a.txt "$out/g$(printf '\377')" || exit 1
+            "$2" share "$3" get a.txt "$out/d$(printf '\377')" || exit 1
+            cat "$out/g$(printf '\377')" "$out/d$(printf '\377')/a.txt" || exit 1
+            echo; ls -A "$out" "$out"/d* | od -An -tx1 | tr -d '\n'
+            """#
+        let result = try runProgram(["sh", "-c", script, "sh", container.base, containerfsBinary, container.store])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.contains("got Documents/a.txt as \(container.base)/out/g\\xff\n"), "the name shown as bytes: \(result)")
+        #expect(result.stdout.contains("got Documents/a.txt as \(container.base)/out/d\\xff/a.txt\n"), "\(result)")
+        #expect(result.stdout.contains("datadata\n"), "\(result)")
+        // "d\xff" and "g\xff" listed, then the folder's "a.txt"; no U+FFFD (ef bf bd) anywhere.
+        #expect(result.stdout.contains(" 64 ff 0a 67 ff 0a") && !result.stdout.contains("ef bf bd"), "\(result)")
+    }
+
     @Test func aLiveMountSeesEachChangeAtOnce() throws {
         let container = try MountedContainer(infoPlist: Self.sharingXML)
         try Data("old".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/a.txt")))
@@ -257,6 +279,44 @@ struct ShareTests {
         #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused)")
         #expect(!FileManager.default.fileExists(atPath: closed.stored("Documents/ran")))
         try expectCleanedUp(closed)
+    }
+
+    /// What du finds in `container`'s store, its state folder excluded, as the capacity counts.
+    private func du(_ container: MountedContainer) throws -> Int64 {
+        let result = try runProgram(["du", "--summarize", "--block-size=1", "--exclude=.containerfs", container.store])
+        guard result.status == 0, let bytes = Int64(result.stdout.prefix { $0.isNumber }) else { throw TestFailure("du: \(result)") }
+        return bytes
+    }
+
+    /// The user's edits between launches are held to the container's own capacity, as
+    /// `share put` is: on a full container each add is refused with one line, nothing is
+    /// written, and the launches go on. And they make the next launch count the store
+    /// afresh: the count the daemon recorded at the last unmount (which a mount takes
+    /// instead of walking) goes, so that what a deletion freed is free to the app at once.
+    /// (Before, adds passed the capacity, and launch 2 believed the 1 MiB file deleted
+    /// still there: its 600 kB write failed with ENOSPC.)
+    @Test func shareEditsAreHeldToTheContainersCapacity() throws {
+        let container = try MountedContainer(infoPlist: Self.sharingXML)
+        var used = try du(container)
+        #expect(try containerfs(["capacity", container.store, "\(used + 2048)"]).status == 0)
+        let full = try containerfsRun(container, ["--launches", "2", "--share-edits", "random", "--seed", "1"], ["true"])
+        #expect(full.status == 0 && full.stderr.contains("all 2 launches exited 0"), "\(full)")
+        #expect(full.stderr.contains("containerfs: cannot add Documents/Shared 2-0.txt in \(container.store): it needs 4096 bytes and the container has"),
+                "\(full)")
+        #expect(full.stderr.contains("the user could not add Documents/Shared 2-0.txt"), "\(full)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents")) == ["Inbox"], "nothing was written")
+        #expect(try du(container) <= used + 2048)
+
+        // Seed 1 deletes big.bin before launch 2 (and adds two small files).
+        let other = try MountedContainer(infoPlist: Self.sharingXML)
+        try Data(repeating: 7, count: 1 << 20).write(to: URL(fileURLWithPath: other.stored("Documents/big.bin")))
+        used = try du(other)
+        #expect(try containerfs(["capacity", other.store, "\(used + 300_000)"]).status == 0)
+        let app = "if [ -e Library/once ]; then head -c 600000 /dev/zero > Library/written; else touch Library/once; fi"
+        let freed = try containerfsRun(other, ["--launches", "2", "--share-edits", "random", "--seed", "1"], ["sh", "-c", app])
+        #expect(freed.stderr.contains("the user deleted Documents/big.bin"), "\(freed)")
+        #expect(freed.status == 0, "launch 2 has the room the deletion freed: \(freed)")
+        #expect(try FileManager.default.attributesOfItem(atPath: other.stored("Library/written"))[.size] as? Int == 600_000)
     }
 
     /// An app that copes — python3 opening its SQLite database in Documents/, starting a new
