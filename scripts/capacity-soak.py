@@ -8,7 +8,10 @@ Each round, K processes at once run N random operations each (writes to one shar
 to many files, pwrite at random offsets, O_DIRECT, mmap writes and msync, O_TRUNC rewrites (also of one file in a row),
 truncate up and down, fallocate and hole punching, O_TMPFILE closed or linked, hard links,
 plain renames, RENAME_EXCHANGE, a rename over an open file, unlink while open, xattrs,
-sqlite3 and git). After each round, and after an unmount and a mount:
+sqlite3 and git, cache and tmp files written whole under their size's name and some
+hard-linked into Documents). Meanwhile `containerfs purge --caches --tmp --include-running`
+runs against the live mount once or twice a round. After each round, and after an unmount
+and a mount:
 
 - the daemon's count (from its control socket; statfs shows no count past the capacity)
   equals the walk: the
@@ -16,7 +19,11 @@ sqlite3 and git). After each round, and after an unmount and a mount:
 - the store never holds more than the capacity + 1 MiB;
 - every ENOSPC came when the walk said the container was near full (within 3 MiB per
   worker + 2 MiB of its capacity: the others write and delete meanwhile);
-- every file written and fsynced (and not deleted since by its writer) holds its data.
+- every file written and fsynced (and not deleted since by its writer) holds its data;
+- each purge deleted only files below Library/Caches and tmp; each whole cache file it
+  reports has the size its name gives and frees all of it or, while another name keeps
+  it, nothing; its total is the sum of its files; a file caught while written reports no
+  more than it was going to hold; and every hard link into Documents still holds its data.
 
 The seed decides every choice; the interleaving of the processes is the machine's. A
 failure prints the seed: run the script again with it to replay. With SOAK_TRACE=1 and
@@ -24,7 +31,7 @@ failure prints the seed: run the script again with it to replay. With SOAK_TRACE
 root (it mounts); CONTAINERFS names the binary (default: .build/debug/containerfs).
 """
 import argparse, ctypes, errno, hashlib, mmap, multiprocessing, os, random, shutil, sqlite3
-import socket, subprocess, sys, tempfile, time
+import json, re, socket, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("CONTAINERFS", os.path.join(ROOT, ".build/debug/containerfs"))
@@ -108,8 +115,11 @@ class Worker:
         self.own = os.path.join(mountpoint, "Documents", "w%d" % number)
         self.kept = os.path.join(self.own, "kept")
         self.shared = os.path.join(mountpoint, "Documents", "shared")
-        os.makedirs(self.kept, exist_ok=True)
-        os.makedirs(self.shared, exist_ok=True)
+        # Purge candidates, and the other names some of them get in Documents.
+        self.purgeable = [os.path.join(mountpoint, "Library", "Caches", "w%d" % number), os.path.join(mountpoint, "tmp", "w%d" % number)]
+        self.links = os.path.join(self.own, "links")
+        for folder in [self.kept, self.shared, self.links] + self.purgeable:
+            os.makedirs(folder, exist_ok=True)
         self.enospc, self.far, self.done = 0, [], 0
         # --trace (one worker): the count checked after each operation, to find the culprit.
         self.trace = os.environ.get("SOAK_TRACE") == "1"
@@ -139,6 +149,21 @@ class Worker:
     def write_new(self):
         with open(self.name(), "wb") as f:
             f.write(self.data(self.random.randrange(0, 512 << 10)))
+
+    def cache_file(self):
+        """A cache or tmp file written whole as `c-RANDOM-SIZE.part`, then renamed to its
+        final name: purge checks the sizes it reports against the names."""
+        size = self.random.randrange(0, 384 << 10)
+        final = self.name(self.random.choice(self.purgeable)) + "-%d" % size
+        with open(final + ".part", "wb") as f:
+            f.write(self.data(size))
+        os.rename(final + ".part", final)
+
+    def cache_link(self):
+        """A second name in Documents for a whole cache file: purge must free nothing for it."""
+        path = self.some_file(self.random.choice(self.purgeable))
+        if path and not path.endswith(".part"):
+            os.link(path, os.path.join(self.links, os.path.basename(path)))
 
     def pwrite(self):
         path = self.some_file()
@@ -329,6 +354,7 @@ class Worker:
         (write_new, 8), (pwrite, 8), (shared_write, 6), (direct, 4), (mapped, 5), (rewrite, 6), (rewrites, 3),
         (truncate, 4), (allocate, 4), (tmpfile, 4), (hard_link, 3), (rename, 5), (exchange, 3),
         (rename_over_open, 2), (unlink_open, 3), (xattr, 3), (delete, 10), (keep, 3), (database, 2), (git, 1),
+        (cache_file, 6), (cache_link, 2),
     ]
 
     def run(self):
@@ -397,6 +423,76 @@ def check_ledgers(mountpoint, workers):
     return lost
 
 
+NAMED_SIZE = re.compile(r"-(\d+)(\.part)?$")
+
+
+def check_purge(report):
+    """What one purge --json reported, against the sizes the workers' names give."""
+    problems, total = [], 0
+    for item in report["deleted"]:
+        path, size, freed = item["path"], item["size"], item["freedBytes"]
+        total += freed
+        if not (path.startswith("Library/Caches/") or path.startswith("tmp/")):
+            problems.append("purge deleted %s, outside Library/Caches and tmp" % path)
+        named = NAMED_SIZE.search(path)
+        if not named or "/w" not in path:
+            continue  # not a worker's cache file (sqlite's, git's: none are written there)
+        whole = int(named.group(1))
+        if named.group(2) and size > whole:
+            problems.append("purge reports %s, caught while written, at %d bytes, more than its %d" % (path, size, whole))
+        if not named.group(2) and size != whole:
+            problems.append("purge reports %s at %d bytes, its name says %d" % (path, size, whole))
+        if freed not in (0, size):
+            problems.append("purge reports %d bytes freed for %s of %d bytes" % (freed, path, size))
+    if total != report["freedBytes"]:
+        problems.append("purge reports %d bytes freed in all, its files %d" % (report["freedBytes"], total))
+    return problems
+
+
+def check_links(mountpoint, workers):
+    """Every hard link into Documents of a cache file still holds its whole size."""
+    wrong = []
+    for number in range(workers):
+        links = os.path.join(mountpoint, "Documents", "w%d" % number, "links")
+        for name in os.listdir(links) if os.path.isdir(links) else []:
+            named = NAMED_SIZE.search(name)
+            size = os.lstat(os.path.join(links, name)).st_size
+            if named and size != int(named.group(1)):
+                wrong.append("%s holds %d bytes, its name says %s" % (name, size, named.group(1)))
+    return wrong
+
+
+def check_kept_names(mountpoint, reports):
+    """A deleted cache file whose hard link into Documents is still there freed nothing.
+    (Workers never remove those links; one made after purge checked the file's link
+    count and before it removed the name would pass unseen: a window of microseconds.)"""
+    wrong = []
+    for report in reports:
+        for item in report["deleted"]:
+            folder = item["path"].split("/")
+            worker = next((part for part in folder if re.fullmatch(r"w\d+", part)), None)
+            link = os.path.join(mountpoint, "Documents", worker or "-", "links", folder[-1])
+            if worker and item["freedBytes"] != 0 and os.path.lexists(link):
+                wrong.append("purge reports %d bytes freed for %s, which Documents/%s/links keeps"
+                             % (item["freedBytes"], item["path"], worker))
+    return wrong
+
+
+def purge_during(store, seed, round, reports, problems):
+    """One or two purges of the live mount at moments drawn from the seed."""
+    chance = random.Random("purge/%d/%d" % (seed, round))
+    for _ in range(chance.choice([1, 2])):
+        time.sleep(chance.uniform(0.05, 1.5))
+        result = subprocess.run([BINARY, "purge", store, "--caches", "--tmp", "--include-running", "--json"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            problems.append("purge: exit %d: %s" % (result.returncode, result.stderr.strip()))
+            return
+        report = json.loads(result.stdout)
+        reports.append(report)
+        problems.extend(check_purge(report))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("seed", type=int)
@@ -416,7 +512,7 @@ def main():
     os.makedirs(mountpoint)
     with open(bundle + "/Info.plist", "w") as f:
         f.write("<plist>soak</plist>\n")
-    failures, divergence, operations, enospc = [], 0, 0, 0
+    failures, divergence, operations, enospc, purges = [], 0, 0, 0, []
 
     def check(when):
         nonlocal divergence
@@ -435,6 +531,9 @@ def main():
         lost = check_ledgers(mountpoint, options.workers)
         if lost:
             failures.append("%s: fsynced data lost: %s" % (when, "; ".join(lost[:5])))
+        wrong = check_links(mountpoint, options.workers)
+        if wrong:
+            failures.append("%s: a cache file's other name lost data: %s" % (when, "; ".join(wrong[:5])))
 
     try:
         run(BINARY, "create", store, "--bundle", bundle, "--capacity", "%dM" % options.capacity)
@@ -446,9 +545,15 @@ def main():
                          for n in range(options.workers)]
             for process in processes:
                 process.start()
+            purge_problems, first_purge = [], len(purges)
+            purger = threading.Thread(target=purge_during, args=(store, options.seed, round, purges, purge_problems))
+            purger.start()
             outcomes = [results.get(timeout=600) for _ in processes]
             for process in processes:
                 process.join()
+            purger.join()
+            failures.extend("round %d: %s" % (round, p) for p in purge_problems)
+            failures.extend("round %d: %s" % (round, p) for p in check_kept_names(mountpoint, purges[first_purge:]))
             for number, done, spaces, problems in outcomes:
                 operations += done
                 enospc += spaces
@@ -468,8 +573,10 @@ def main():
             subprocess.run(["fusermount3", "-uz", mountpoint], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
-    print("seed %d: %d rounds, %d workers, %d operations, %d ENOSPC, largest divergence %d bytes"
-          % (options.seed, options.rounds, options.workers, operations, enospc, divergence))
+    print("seed %d: %d rounds, %d workers, %d operations, %d ENOSPC, largest divergence %d bytes; "
+          "%d purges deleted %d files, %d bytes freed"
+          % (options.seed, options.rounds, options.workers, operations, enospc, divergence,
+             len(purges), sum(len(r["deleted"]) for r in purges), sum(r["freedBytes"] for r in purges)))
     if failures:
         for failure in failures:
             print("FAIL (seed %d): %s" % (options.seed, failure))

@@ -45,6 +45,13 @@ private func respond(_ request: fuse_req_t?, _ body: () throws(Errno) -> Void) {
     }
 }
 
+/// `respond` for a request that may change the space a container with a capacity uses:
+/// a recount waits for it, and it for a recount.
+@inline(__always)
+private func respondChanging(_ request: fuse_req_t?, _ body: () throws(Errno) -> Void) {
+    fileSystem(request).countingChange { respond(request, body) }
+}
+
 @inline(__always)
 private func replyEntry(_ request: fuse_req_t?, _ entry: fuse_entry_param) {
     var entry = entry
@@ -125,7 +132,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
     }
     ops.setattr = { request, ino, attr, toSet, info in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             let fs = fileSystem(request)
             let fh = info.map { Int32(truncatingIfNeeded: $0.pointee.fh) }
             if toSet & FUSE_SET_ATTR_SIZE != 0 {   // SPEC §11: a truncate by name is an open
@@ -144,40 +151,40 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
     }
     ops.mknod = { request, parent, name, mode, device in
-        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).mknod(caller(request), parent, name!, mode, device)) }
+        respondChanging(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).mknod(caller(request), parent, name!, mode, device)) }
     }
     ops.mkdir = { request, parent, name, mode in
-        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).mkdir(caller(request), parent, name!, mode)) }
+        respondChanging(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).mkdir(caller(request), parent, name!, mode)) }
     }
     ops.symlink = { request, target, parent, name in
-        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).symlink(caller(request), target!, parent, name!)) }
+        respondChanging(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).symlink(caller(request), target!, parent, name!)) }
     }
     ops.link = { request, ino, parent, name in
-        respond(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).link(caller(request), ino, parent, name!)) }
+        respondChanging(request) { () throws(Errno) in replyEntry(request, try fileSystem(request).link(caller(request), ino, parent, name!)) }
     }
     ops.unlink = { request, parent, name in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             let released = try fileSystem(request).unlink(caller(request), parent, name!)
             fuse_reply_err(request, 0)
             released.close()   // the blocks are freed after the reply
         }
     }
     ops.rmdir = { request, parent, name in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             let released = try fileSystem(request).rmdir(caller(request), parent, name!)
             fuse_reply_err(request, 0)
             released.close()   // the blocks are freed after the reply
         }
     }
     ops.rename = { request, parent, name, newParent, newName, flags in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             let released = try fileSystem(request).rename(caller(request), parent, name!, newParent, newName!, flags)
             fuse_reply_err(request, 0)
             released.close()   // the blocks are freed after the reply
         }
     }
     ops.open = { request, ino, info in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             let fs = fileSystem(request)
             var guarded = try fs.admitOpen(caller(request), ino, "open")   // SPEC §11
             let (fd, directIO) = try fs.open(caller(request), ino, cfuse_open_flags(info))
@@ -196,7 +203,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
     }
     ops.create = { request, parent, name, mode, info in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             let fs = fileSystem(request)
             var guarded = try fs.admitCreation(caller(request), in: parent, cfuse_request_is_tmpfile() ? "open" : "create")
             var (entry, fd, directIO) = cfuse_request_is_tmpfile()
@@ -237,7 +244,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         let fs = fileSystem(request)
         let write = {
             if cfuse_request_kills_suidgid() { fs.dropSetIDBits(caller(request), ino) }
-            respond(request) { () throws(Errno) in
+            respondChanging(request) { () throws(Errno) in
                 // O_SYNC, O_DSYNC, RWF_DSYNC: the kernel says so in the write's flags.
                 let synchronous = fs.powerLoss != nil && cfuse_open_flags(info) & O_DSYNC != 0
                 fuse_reply_write(request, try fs.write(ino, handle(info), buffer, size, offset, synchronous: synchronous))
@@ -257,16 +264,22 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_err(request, result == 0 ? 0 : errno)
     }
     ops.release = { request, ino, info in
-        if DataProtection.isGuarded(info) { fileSystem(request).protection.released(ino) }
-        fileSystem(request).protection.releasedPath(ino, info!.pointee.fh)
+        let fs = fileSystem(request)
+        if DataProtection.isGuarded(info) { fs.protection.released(ino) }
+        fs.protection.releasedPath(ino, info!.pointee.fh)
         Tagging.released(handle(info))
-        fileSystem(request).closeCounted(ino, handle(info))
-        fileSystem(request).closed(ino)
+        fs.countingChange {
+            fs.closeCounted(ino, handle(info))
+            fs.closed(ino)
+        }
         fuse_reply_err(request, 0)
     }
     ops.fsync = { request, ino, dataOnly, info in
-        let result = fileSystem(request).syncFile(ino, handle(info), dataOnly: dataOnly != 0)
-        fuse_reply_err(request, result == 0 ? 0 : errno)
+        let fs = fileSystem(request)
+        fs.countingChange {
+            let result = fs.syncFile(ino, handle(info), dataOnly: dataOnly != 0)
+            fuse_reply_err(request, result == 0 ? 0 : errno)
+        }
     }
     ops.opendir = { request, ino, info in
         respond(request) { () throws(Errno) in
@@ -300,7 +313,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
     }
     ops.setxattr = { request, ino, name, value, size, flags in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             try fileSystem(request).setxattr(caller(request), ino, name!, value, size, flags)
             fuse_reply_err(request, 0)
         }
@@ -322,20 +335,20 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
     }
     ops.removexattr = { request, ino, name in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             try fileSystem(request).removexattr(caller(request), ino, name!)
             fuse_reply_err(request, 0)
         }
     }
     ops.fallocate = { request, ino, mode, offset, length, info in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             if DataProtection.isGuarded(info) { try fileSystem(request).admitGuarded(caller(request), ino, "fallocate") }
             try fileSystem(request).fallocate(caller(request), ino, handle(info), mode, offset, length)
             fuse_reply_err(request, 0)
         }
     }
     ops.copy_file_range = { request, input, inputOffset, inputInfo, output, outputOffset, outputInfo, length, flags in
-        respond(request) { () throws(Errno) in
+        respondChanging(request) { () throws(Errno) in
             if DataProtection.isGuarded(inputInfo) { try fileSystem(request).admitGuarded(caller(request), input, "copy_file_range") }
             if DataProtection.isGuarded(outputInfo) { try fileSystem(request).admitGuarded(caller(request), output, "copy_file_range") }
             let copied = try fileSystem(request).copyFileRange(

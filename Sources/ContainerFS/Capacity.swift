@@ -47,6 +47,12 @@ final class SpaceAccount: Sendable {
         var unlinked: Set<InodeKey> = []
     }
 
+    /// Held shared by each request that may change the count, from its first measure to
+    /// its last settling, and exclusively by a recount: the walk then sees the store
+    /// between changes, never one reserved and not yet settled (wiped by the new count,
+    /// then settled on top of it) or made and not yet counted (counted twice).
+    private let changes = ReadWriteLock()
+
     /// The blocks of each folder names were added to, as last seen: a folder grows a block
     /// at a time as names are added (ext4 never shrinks one), and each growth is counted
     /// as the difference to what was seen before, so concurrent creations in one folder
@@ -133,17 +139,26 @@ final class SpaceAccount: Sendable {
         Capacity.writeSummary(stateFD: store.stateFD, max(0, used.addingSaturated(-freedSince)))
     }
 
-    /// Counts the store again, after containerfs commands changed it behind the mount:
-    /// the walk, and `held` bytes of files unlinked but still open, which it cannot see.
-    func recount(_ store: Store, held: Int64) {
-        let counted = Capacity.usedBytes(rootFD: store.rootFD).addingSaturated(held)
+    /// Counts the store again, after containerfs commands changed it behind the mount,
+    /// between the changes requests make: the walk, and the bytes of files open with no
+    /// name left, which it cannot see, as `heldBytes` gives them.
+    func recount(_ store: Store, heldBytes: ([InodeKey]) -> Int64) {
+        changes.lock()
+        defer { changes.unlock() }
+        let open = held.withLock { Array($0.opens.keys) }
+        let counted = Capacity.usedBytes(rootFD: store.rootFD).addingSaturated(heldBytes(open))
         let before = usedBytes.exchange(counted, ordering: .relaxed)
         // What the commands changed, in the device's count too.
         ledger?.add(counted.subtractingSaturated(before))
     }
 
-    /// The files unlinked or never named that programs still hold open.
-    var heldUnlinked: [InodeKey] { held.withLock { Array($0.unlinked) } }
+    /// Runs `body`, a request that may change the count, never during a recount.
+    @inline(__always)
+    func duringChange<R>(_ body: () -> R) -> R {
+        changes.lockShared()
+        defer { changes.unlock() }
+        return body()
+    }
 
     /// Runs `body`, a change to the size of the file `ino`, after the other changes to it.
     /// `body` gets the blocks counted of the open files of its stripe (see `FileLock`).
@@ -370,14 +385,29 @@ extension FileSystem {
     }
 
     /// Counts the store again (a change behind the mount, or `containerfs capacity`),
-    /// keeping the files unlinked but still open, which a walk cannot see.
+    /// keeping the open files with no name, which a walk cannot see: unlinked through the
+    /// mount, never named, or removed behind it (a purge of a file a program writes).
+    /// Those are held from here on, freed at their last close.
     func recount() {
         guard space.isActive else { return }
-        let held = space.heldUnlinked.reduce(Int64(0)) { total, key in
-            guard let node = inodes.node(key), let bytes = blockBytes(of: node) else { return total }
-            return total.addingSaturated(bytes)
+        space.recount(store) { open in
+            open.reduce(Int64(0)) { total, key in
+                var info = stat()
+                guard let node = inodes.node(key),
+                      (try? inodes.withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH) }) == 0,
+                      info.st_nlink == 0 else { return total }
+                _ = space.holdUnlinked(key)
+                return total.addingSaturated(Capacity.blockBytes(info))
+            }
         }
-        space.recount(store, held: held)
+    }
+
+    /// Runs `body`, a request that may change the space a container with a capacity uses,
+    /// never while the daemon counts the store again (`recount`).
+    @inline(__always)
+    func countingChange(_ body: () -> Void) {
+        guard space.isActive else { return body() }
+        space.duringChange(body)
     }
 
     /// The bytes a write of `count` bytes at `offset` may add: the part of it beyond the
