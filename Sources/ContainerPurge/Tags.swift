@@ -2,6 +2,7 @@ import CLinux
 import ContainerPolicy
 import ContainerStore
 import Glibc
+import Synchronization
 
 // Tags (SPEC §3). A tag is not a record kept beside the file: it is the file's place.
 //
@@ -279,15 +280,25 @@ public enum TagIndex {
     static var topFolders: [[UInt8]] { TagKind.allCases.map(\.directory.path.bytes) }
 
     /// Writes `tags` as the store's index (a new file renamed over the old one), with the
-    /// stamps `folders` have now (those gone are left out, a kind's own folder recorded as
-    /// absent): call it once the store is as
-    /// the tags say, the folders all those of `Library/Caches` and `tmp`.
+    /// stamps of `folders` (all those of `Library/Caches` and `tmp`, as a walk or a trusted
+    /// index saw them; without them, the kinds' own folders as they are now): call it once
+    /// the store is as the tags say. The folders `changed` names, which the writer changed
+    /// itself, are restamped (`restamp`); if one of them holds anything else, no index is
+    /// left and the next purge walks.
     static func write(_ store: Store, _ tags: [Tag], folders: [FolderStamp]? = nil, restamping changed: (([UInt8]) -> Bool)? = nil,
                       identity: MountIdentity) {
-        // A stamp taken before (by the walk, or checked by `load`) is kept unless the writer
-        // changed that folder itself: a file put there meanwhile is then still seen.
-        let now = { (path: [UInt8]) in stamp(store, path) ?? (topFolders.contains(path) ? absent(path) : nil) }
-        let stamps = folders.map { $0.compactMap { changed?($0.path) == true ? now($0.path) : $0 } } ?? topFolders.compactMap(now)
+        let stamps: [FolderStamp]
+        if let folders {
+            // A stamp taken before (by the walk, or checked by `load`) is kept unless the
+            // writer changed that folder itself: a file put there meanwhile is then still seen.
+            guard let restamped = restamp(store, tags, folders: folders, changed: changed ?? { _ in false }) else {
+                remove(store)
+                return
+            }
+            stamps = restamped
+        } else {
+            stamps = topFolders.map { stamp(store, $0) ?? absent($0) }
+        }
         let temporary = Array("tags.new-\(getpid())".utf8)
         _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         do {
@@ -299,6 +310,88 @@ public enum TagIndex {
             _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         }
     }
+
+    /// `folders` with those `changed` names stamped anew, once a writer changed them (a
+    /// changed folder gone is left out, a kind's own recorded as absent). Each is stamped
+    /// from an `fstat` made *before* reading its entries, and only if they are exactly
+    /// those `tags` and the other stamps name (same names, same inodes; the walk's
+    /// `CACHEDIR.TAG` and what is neither file nor folder aside): a file put there before
+    /// the `fstat` is among the entries, one put there after moves the ctime past the
+    /// stamp. Nil if a folder holds anything else (a file another program put there while
+    /// the writer worked, one it could not delete): only a walk can say what is there.
+    static func restamp(_ store: Store, _ tags: [Tag], folders: [FolderStamp], changed: ([UInt8]) -> Bool) -> [FolderStamp]? {
+        let restamped = Set(folders.lazy.map(\.path).filter(changed))
+        guard !restamped.isEmpty else { return folders }
+        // What each changed folder must hold: path → inode, and how many per folder.
+        var expected: [[UInt8]: UInt64] = [:]
+        var counts: [[UInt8]: Int] = [:]
+        func expect(_ path: [UInt8], _ inode: UInt64) -> Bool {
+            guard let slash = path.lastIndex(of: UInt8(ascii: "/")) else { return true }
+            let parent = Array(path[..<slash])
+            guard restamped.contains(parent) else { return true }
+            // Named twice (a damaged index): the count could not be trusted.
+            guard expected.updateValue(inode, forKey: path) == nil else { return false }
+            counts[parent, default: 0] += 1
+            return true
+        }
+        for tag in tags { guard expect(tag.path, tag.inode) else { return nil } }
+        for folder in folders where !restamped.contains(folder.path) && folder.inode != 0 {
+            guard expect(folder.path, folder.inode) else { return nil }
+        }
+        let hook = restampHook.withLock { $0 }
+        var fresh: [[UInt8]: FolderStamp?] = [:]
+        // Deepest first: a folder's own stamp is known before its parent's entries are checked.
+        for path in restamped.sorted(by: { $0.count > $1.count }) {
+            hook?(store.path, path, .beforeStamp)
+            let fd = withCName(path) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0) }
+            guard fd >= 0 else {
+                // Gone (its parent, changed too, is checked not to hold it), or unreadable.
+                guard stamp(store, path) == nil else { return nil }
+                let gone: FolderStamp? = topFolders.contains(path) ? absent(path) : nil
+                fresh[path] = .some(gone)
+                continue
+            }
+            defer { close(fd) }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { return nil }
+            hook?(store.path, path, .beforeEntries)
+            guard let entries = try? Directory.entriesWithInodes(of: fd) else { return nil }
+            let isTop = topFolders.contains(path)
+            var held = 0
+            for entry in entries {
+                if isTop, entry.name == ContainerLayout.cacheTagName { continue }
+                let child = path + [UInt8(ascii: "/")] + entry.name
+                if let inode = expected[child], inode == entry.inode {
+                    held += 1
+                    continue
+                }
+                // What the walk would not index either is no surprise.
+                if entry.type == DT_REG || entry.type == DT_DIR { return nil }
+                if entry.type == DT_UNKNOWN {
+                    var child = stat()
+                    guard withCName(entry.name, { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
+                    if child.st_mode & S_IFMT == S_IFREG || child.st_mode & S_IFMT == S_IFDIR { return nil }
+                }
+            }
+            guard held == counts[path] ?? 0 else { return nil }
+            let stamp = folderStamp(path, info)
+            fresh[path] = stamp
+            guard expect(path, stamp.inode) else { return nil }
+        }
+        return folders.compactMap { folder in fresh[folder.path] ?? folder }
+    }
+
+    /// Where a writer that restamps is, for `restampHook`.
+    enum RestampStep: Sendable {
+        /// Its change made, the folder not yet stamped.
+        case beforeStamp
+        /// The folder stamped, its entries not yet read.
+        case beforeEntries
+    }
+
+    /// For tests: called with the store's path and a folder's as a writer restamps a folder
+    /// it changed, at each step where another program may put a file into that folder.
+    static let restampHook = Mutex<(@Sendable (String, [UInt8], RestampStep) -> Void)?>(nil)
 
     /// Forgets the index (the next purge walks the store).
     static func remove(_ store: Store) {

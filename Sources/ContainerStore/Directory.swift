@@ -4,6 +4,20 @@ import Glibc
 public enum Directory {
     /// Every entry of the directory open at `fd` except `.` and `..`, with its type (`DT_*`).
     public static func entries(of fd: Int32) throws(Errno) -> [(name: [UInt8], type: UInt8)] {
+        var result: [(name: [UInt8], type: UInt8)] = []
+        try forEachEntry(of: fd) { name, entry in result.append((name, entry.pointee.d_type)) }
+        return result
+    }
+
+    /// As `entries`, with each entry's inode number as the directory gives it (`d_ino`).
+    public static func entriesWithInodes(of fd: Int32) throws(Errno) -> [(name: [UInt8], type: UInt8, inode: UInt64)] {
+        var result: [(name: [UInt8], type: UInt8, inode: UInt64)] = []
+        try forEachEntry(of: fd) { name, entry in result.append((name, entry.pointee.d_type, UInt64(entry.pointee.d_ino))) }
+        return result
+    }
+
+    /// Calls `body` with the name and `dirent` of every entry but `.` and `..`.
+    private static func forEachEntry(of fd: Int32, _ body: ([UInt8], UnsafePointer<dirent>) -> Void) throws(Errno) {
         let own = try sys { openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard let stream = fdopendir(own) else {
             let error = Errno.current
@@ -11,13 +25,11 @@ public enum Directory {
             throw error
         }
         defer { closedir(stream) }
-        var result: [(name: [UInt8], type: UInt8)] = []
         while let entry = readdir(stream) {
             let name = entryName(entry)
             if name == [0x2E] || name == [0x2E, 0x2E] { continue }
-            result.append((name, entry.pointee.d_type))
+            body(name, entry)
         }
-        return result
     }
 
     /// A `dirent`'s name as bytes (`d_name` imports as a 256-element tuple).
