@@ -320,28 +320,29 @@ public enum TagIndex {
     /// stamp. Nil if a folder holds anything else (a file another program put there while
     /// the writer worked, one it could not delete): only a walk can say what is there.
     static func restamp(_ store: Store, _ tags: [Tag], folders: [FolderStamp], changed: ([UInt8]) -> Bool) -> [FolderStamp]? {
-        let restamped = Set(folders.lazy.map(\.path).filter(changed))
-        guard !restamped.isEmpty else { return folders }
-        // What each changed folder must hold: path → inode, and how many per folder.
-        var expected: [[UInt8]: UInt64] = [:]
-        var counts: [[UInt8]: Int] = [:]
-        func expect(_ path: [UInt8], _ inode: UInt64) -> Bool {
-            guard let slash = path.lastIndex(of: UInt8(ascii: "/")) else { return true }
-            let parent = Array(path[..<slash])
-            guard restamped.contains(parent) else { return true }
-            // Named twice (a damaged index): the count could not be trusted.
-            guard expected.updateValue(inode, forKey: path) == nil else { return false }
-            counts[parent, default: 0] += 1
-            return true
+        var numbers: [[UInt8]: Int] = [:]
+        var paths: [[UInt8]] = []
+        for folder in folders where changed(folder.path) && numbers[folder.path] == nil {
+            numbers[folder.path] = paths.count
+            paths.append(folder.path)
         }
-        for tag in tags { guard expect(tag.path, tag.inode) else { return nil } }
-        for folder in folders where !restamped.contains(folder.path) && folder.inode != 0 {
-            guard expect(folder.path, folder.inode) else { return nil }
+        guard !paths.isEmpty else { return folders }
+        // What each changed folder must hold. Tags of one folder mostly come in runs (the
+        // walk's order): the folder is looked up once a run.
+        var expected = [FolderContents](repeating: FolderContents(), count: paths.count)
+        var run: (parent: ArraySlice<UInt8>, number: Int?)?
+        func expect(_ path: [UInt8], _ inode: UInt64) {
+            guard let slash = lastSlash(path) else { return }
+            let parent = path[..<slash]
+            if !(run.map { bytesEqual($0.parent, parent) } ?? false) { run = (parent, numbers[Array(parent)]) }
+            if let number = run?.number { path[(slash + 1)...].withUnsafeBytes { expected[number].add($0, inode) } }
         }
+        for tag in tags { expect(tag.path, tag.inode) }
+        for folder in folders where numbers[folder.path] == nil && folder.inode != 0 { expect(folder.path, folder.inode) }
         let hook = restampHook.withLock { $0 }
         var fresh: [[UInt8]: FolderStamp?] = [:]
         // Deepest first: a folder's own stamp is known before its parent's entries are checked.
-        for path in restamped.sorted(by: { $0.count > $1.count }) {
+        for path in paths.sorted(by: { $0.count > $1.count }) {
             hook?(store.path, path, .beforeStamp)
             let fd = withCName(path) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0) }
             guard fd >= 0 else {
@@ -355,30 +356,68 @@ public enum TagIndex {
             var info = stat()
             guard fstat(fd, &info) == 0 else { return nil }
             hook?(store.path, path, .beforeEntries)
-            guard let entries = try? Directory.entriesWithInodes(of: fd) else { return nil }
             let isTop = topFolders.contains(path)
-            var held = 0
-            for entry in entries {
-                if isTop, entry.name == ContainerLayout.cacheTagName { continue }
-                let child = path + [UInt8(ascii: "/")] + entry.name
-                if let inode = expected[child], inode == entry.inode {
-                    held += 1
-                    continue
-                }
-                // What the walk would not index either is no surprise.
-                if entry.type == DT_REG || entry.type == DT_DIR { return nil }
-                if entry.type == DT_UNKNOWN {
+            var held = FolderContents()
+            var unreadable = false
+            let read: Void? = try? Directory.forEachEntry(of: fd) { name, type, inode in
+                if isTop, name.elementsEqual(ContainerLayout.cacheTagName) { return }
+                // What the walk does not index is no surprise.
+                var type = type
+                if type == DT_UNKNOWN {
                     var child = stat()
-                    guard withCName(entry.name, { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
-                    if child.st_mode & S_IFMT == S_IFREG || child.st_mode & S_IFMT == S_IFDIR { return nil }
+                    guard withCName(Array(name), { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else { return unreadable = true }
+                    type = child.st_mode & S_IFMT == S_IFREG ? UInt8(DT_REG) : child.st_mode & S_IFMT == S_IFDIR ? UInt8(DT_DIR) : 0
                 }
+                if type == DT_REG || type == DT_DIR { held.add(UnsafeRawBufferPointer(name), inode) }
             }
-            guard held == counts[path] ?? 0 else { return nil }
+            guard read != nil, !unreadable else { return nil }
+            guard let number = numbers[path], held == expected[number] else { return nil }
             let stamp = folderStamp(path, info)
             fresh[path] = stamp
-            guard expect(path, stamp.inode) else { return nil }
+            expect(path, stamp.inode)
         }
         return folders.compactMap { folder in fresh[folder.path] ?? folder }
+    }
+
+    /// Where the last `/` of `path` is (`lastIndex(of:)` costs a closure call a byte in a
+    /// debug build).
+    private static func lastSlash(_ path: [UInt8]) -> Int? {
+        path.withUnsafeBufferPointer { bytes in
+            var index = bytes.count
+            while index > 0 {
+                index -= 1
+                if bytes[index] == UInt8(ascii: "/") { return index }
+            }
+            return nil
+        }
+    }
+
+    /// Whether two byte strings are equal, by `memcmp` (`elementsEqual` costs an iterator a
+    /// byte in a debug build).
+    private static func bytesEqual(_ a: ArraySlice<UInt8>, _ b: ArraySlice<UInt8>) -> Bool {
+        a.count == b.count && a.withUnsafeBytes { a in
+            b.withUnsafeBytes { b in
+                guard let x = a.baseAddress, let y = b.baseAddress else { return true }
+                return memcmp(x, y, a.count) == 0
+            }
+        }
+    }
+
+    /// What a folder holds, order aside: how many entries, and the sum of a keyed hash of
+    /// each (name, inode). Two folders holding other entries differ in it but by a 64-bit
+    /// collision, and the key is the process's own (`Hasher`'s random seed): no name can
+    /// be chosen to make one. Summed, not kept, so that checking costs no allocation a file.
+    struct FolderContents: Equatable {
+        var count = 0
+        var sum: UInt64 = 0
+
+        mutating func add(_ name: UnsafeRawBufferPointer, _ inode: UInt64) {
+            var hasher = Hasher()
+            hasher.combine(bytes: name)
+            hasher.combine(inode)
+            sum &+= UInt64(truncatingIfNeeded: hasher.finalize())
+            count += 1
+        }
     }
 
     /// Where a writer that restamps is, for `restampHook`.

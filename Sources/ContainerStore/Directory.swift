@@ -4,20 +4,26 @@ import Glibc
 public enum Directory {
     /// Every entry of the directory open at `fd` except `.` and `..`, with its type (`DT_*`).
     public static func entries(of fd: Int32) throws(Errno) -> [(name: [UInt8], type: UInt8)] {
+        let own = try sys { openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard let stream = fdopendir(own) else {
+            let error = Errno.current
+            close(own)
+            throw error
+        }
+        defer { closedir(stream) }
         var result: [(name: [UInt8], type: UInt8)] = []
-        try forEachEntry(of: fd) { name, entry in result.append((name, entry.pointee.d_type)) }
+        while let entry = readdir(stream) {
+            let name = entryName(entry)
+            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
+            result.append((name, entry.pointee.d_type))
+        }
         return result
     }
 
-    /// As `entries`, with each entry's inode number as the directory gives it (`d_ino`).
-    public static func entriesWithInodes(of fd: Int32) throws(Errno) -> [(name: [UInt8], type: UInt8, inode: UInt64)] {
-        var result: [(name: [UInt8], type: UInt8, inode: UInt64)] = []
-        try forEachEntry(of: fd) { name, entry in result.append((name, entry.pointee.d_type, UInt64(entry.pointee.d_ino))) }
-        return result
-    }
-
-    /// Calls `body` with the name and `dirent` of every entry but `.` and `..`.
-    private static func forEachEntry(of fd: Int32, _ body: ([UInt8], UnsafePointer<dirent>) -> Void) throws(Errno) {
+    /// Calls `body` with the name (valid only during the call), type (`DT_*`) and inode
+    /// number as the directory gives it (`d_ino`) of every entry of the directory open at
+    /// `fd` except `.` and `..`; nothing is copied, for a folder read only to be checked.
+    public static func forEachEntry(of fd: Int32, _ body: (UnsafeBufferPointer<UInt8>, UInt8, UInt64) -> Void) throws(Errno) {
         let own = try sys { openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard let stream = fdopendir(own) else {
             let error = Errno.current
@@ -26,9 +32,13 @@ public enum Directory {
         }
         defer { closedir(stream) }
         while let entry = readdir(stream) {
-            let name = entryName(entry)
-            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
-            body(name, entry)
+            let type = entry.pointee.d_type, inode = UInt64(entry.pointee.d_ino)
+            withUnsafeBytes(of: &entry.pointee.d_name) { raw in
+                let all = raw.bindMemory(to: UInt8.self)
+                let name = UnsafeBufferPointer(rebasing: all[..<(all.firstIndex(of: 0) ?? all.endIndex)])
+                if name.count == 1 && name[0] == 0x2E || name.count == 2 && name[0] == 0x2E && name[1] == 0x2E { return }
+                body(name, type, inode)
+            }
         }
     }
 

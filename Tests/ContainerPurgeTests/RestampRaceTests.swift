@@ -93,4 +93,31 @@ struct RestampRaceTests {
         }
         #expect(Set(index.tags.map { String(decoding: $0.path, as: UTF8.self) }) == expected)
     }
+
+    /// A file purge cannot delete (immutable: `EPERM`) is reported and stays in the index
+    /// purge writes, a candidate still. It used to be dropped from that index, which was
+    /// trusted all the same: the file was not tried again until a walk.
+    @Test func aFilePurgeCouldNotDeleteStaysACandidate() throws {
+        let scratch = try PurgeScratch()
+        try scratch.file("Library/Caches/sub/stuck", size: 1, secondsAgo: 30)
+        try scratch.file("Library/Caches/sub/goes", size: 1, secondsAgo: 20)
+        let stuck = scratch.root + "/Library/Caches/sub/stuck"
+        try #require(try chattr("+i", stuck), "chattr +i \(stuck)")
+        defer { _ = try? chattr("-i", stuck) }
+        let first = try Purge.purge([scratch.store], .init(kinds: [.cache]))
+        #expect(first.failures.map(\.error.code) == [EPERM])
+        #expect(first.deleted.map { String(decoding: $0.tag.path, as: UTF8.self) } == ["Library/Caches/sub/goes"])
+        let index = try #require(TagIndex.load(scratch.store), "the index purge wrote is trusted")
+        #expect(index.tags.map { String(decoding: $0.path, as: UTF8.self) } == ["Library/Caches/sub/stuck"])
+        try #require(try chattr("-i", stuck))
+        let second = try Purge.purge([scratch.store], .init(kinds: [.cache]))
+        #expect(second.walked.isEmpty)
+        #expect(second.deleted.map { String(decoding: $0.tag.path, as: UTF8.self) } == ["Library/Caches/sub/stuck"])
+    }
+
+    private func chattr(_ flags: String, _ path: String) throws -> Bool {
+        let process = try Process.run(URL(fileURLWithPath: "/usr/bin/chattr"), arguments: [flags, path])
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
 }
