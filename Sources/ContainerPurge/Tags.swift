@@ -329,7 +329,8 @@ public enum TagIndex {
         guard !paths.isEmpty else { return folders }
         // What each changed folder must hold. Tags of one folder mostly come in runs (the
         // walk's order): the folder is looked up once a run.
-        var expected = [FolderContents](repeating: FolderContents(), count: paths.count)
+        let key = UInt64.random(in: .min ... .max)
+        var expected = [FolderContents](repeating: FolderContents(key: key), count: paths.count)
         var run: (parent: ArraySlice<UInt8>, number: Int?)?
         func expect(_ path: [UInt8], _ inode: UInt64) {
             guard let slash = lastSlash(path) else { return }
@@ -357,7 +358,7 @@ public enum TagIndex {
             guard fstat(fd, &info) == 0 else { return nil }
             hook?(store.path, path, .beforeEntries)
             let isTop = topFolders.contains(path)
-            var held = FolderContents()
+            var held = FolderContents(key: key)
             var unreadable = false
             let read: Void? = try? Directory.forEachEntry(of: fd) { name, type, inode in
                 if isTop, name.elementsEqual(ContainerLayout.cacheTagName) { return }
@@ -405,14 +406,19 @@ public enum TagIndex {
 
     /// What a folder holds, order aside: how many entries, and the sum of a keyed hash of
     /// each (name, inode). Two folders holding other entries differ in it but by a 64-bit
-    /// collision, and the key is the process's own (`Hasher`'s random seed): no name can
-    /// be chosen to make one. Summed, not kept, so that checking costs no allocation a file.
+    /// collision, and the key is random (from the system's generator, whatever
+    /// `SWIFT_DETERMINISTIC_HASHING` says): no name can be chosen to make one. Summed, not
+    /// kept, so that checking costs no allocation a file.
     struct FolderContents: Equatable {
+        let key: UInt64
         var count = 0
         var sum: UInt64 = 0
 
+        init(key: UInt64) { self.key = key }
+
         mutating func add(_ name: UnsafeRawBufferPointer, _ inode: UInt64) {
             var hasher = Hasher()
+            hasher.combine(key)
             hasher.combine(bytes: name)
             hasher.combine(inode)
             sum &+= UInt64(truncatingIfNeeded: hasher.finalize())
