@@ -147,8 +147,10 @@ public enum Purge {
                     freed = removal.lastName ? removal.size : 0
                 case .failure(let error):
                     // Gone already, or no longer the file the tag names: not ours to delete.
-                    gone[s][t] = true
-                    if error.code != ENOENT, error.code != ESTALE {
+                    // A file it could not delete stays in the index, a candidate still.
+                    if error.code == ENOENT || error.code == ESTALE {
+                        gone[s][t] = true
+                    } else {
                         report.failures.append(Failure(store: sources[s].store, path: sources[s].tags[t].path, error: error))
                     }
                     continue

@@ -2,6 +2,7 @@ import CLinux
 import ContainerPolicy
 import ContainerStore
 import Glibc
+import Synchronization
 
 // Tags (SPEC §3). A tag is not a record kept beside the file: it is the file's place.
 //
@@ -279,15 +280,25 @@ public enum TagIndex {
     static var topFolders: [[UInt8]] { TagKind.allCases.map(\.directory.path.bytes) }
 
     /// Writes `tags` as the store's index (a new file renamed over the old one), with the
-    /// stamps `folders` have now (those gone are left out, a kind's own folder recorded as
-    /// absent): call it once the store is as
-    /// the tags say, the folders all those of `Library/Caches` and `tmp`.
+    /// stamps of `folders` (all those of `Library/Caches` and `tmp`, as a walk or a trusted
+    /// index saw them; without them, the kinds' own folders as they are now): call it once
+    /// the store is as the tags say. The folders `changed` names, which the writer changed
+    /// itself, are restamped (`restamp`); if one of them holds anything else, no index is
+    /// left and the next purge walks.
     static func write(_ store: Store, _ tags: [Tag], folders: [FolderStamp]? = nil, restamping changed: (([UInt8]) -> Bool)? = nil,
                       identity: MountIdentity) {
-        // A stamp taken before (by the walk, or checked by `load`) is kept unless the writer
-        // changed that folder itself: a file put there meanwhile is then still seen.
-        let now = { (path: [UInt8]) in stamp(store, path) ?? (topFolders.contains(path) ? absent(path) : nil) }
-        let stamps = folders.map { $0.compactMap { changed?($0.path) == true ? now($0.path) : $0 } } ?? topFolders.compactMap(now)
+        let stamps: [FolderStamp]
+        if let folders {
+            // A stamp taken before (by the walk, or checked by `load`) is kept unless the
+            // writer changed that folder itself: a file put there meanwhile is then still seen.
+            guard let restamped = restamp(store, tags, folders: folders, changed: changed ?? { _ in false }) else {
+                remove(store)
+                return
+            }
+            stamps = restamped
+        } else {
+            stamps = topFolders.map { stamp(store, $0) ?? absent($0) }
+        }
         let temporary = Array("tags.new-\(getpid())".utf8)
         _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         do {
@@ -299,6 +310,133 @@ public enum TagIndex {
             _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
         }
     }
+
+    /// `folders` with those `changed` names stamped anew, once a writer changed them (a
+    /// changed folder gone is left out, a kind's own recorded as absent). Each is stamped
+    /// from an `fstat` made *before* reading its entries, and only if they are exactly
+    /// those `tags` and the other stamps name (same names, same inodes; the walk's
+    /// `CACHEDIR.TAG` and what is neither file nor folder aside): a file put there before
+    /// the `fstat` is among the entries, one put there after moves the ctime past the
+    /// stamp. Nil if a folder holds anything else (a file another program put there while
+    /// the writer worked, one it could not delete): only a walk can say what is there.
+    static func restamp(_ store: Store, _ tags: [Tag], folders: [FolderStamp], changed: ([UInt8]) -> Bool) -> [FolderStamp]? {
+        var numbers: [[UInt8]: Int] = [:]
+        var paths: [[UInt8]] = []
+        for folder in folders where changed(folder.path) && numbers[folder.path] == nil {
+            numbers[folder.path] = paths.count
+            paths.append(folder.path)
+        }
+        guard !paths.isEmpty else { return folders }
+        // What each changed folder must hold. Tags of one folder mostly come in runs (the
+        // walk's order): the folder is looked up once a run.
+        let key = UInt64.random(in: .min ... .max)
+        var expected = [FolderContents](repeating: FolderContents(key: key), count: paths.count)
+        var run: (parent: ArraySlice<UInt8>, number: Int?)?
+        func expect(_ path: [UInt8], _ inode: UInt64) {
+            guard let slash = lastSlash(path) else { return }
+            let parent = path[..<slash]
+            if !(run.map { bytesEqual($0.parent, parent) } ?? false) { run = (parent, numbers[Array(parent)]) }
+            if let number = run?.number { path[(slash + 1)...].withUnsafeBytes { expected[number].add($0, inode) } }
+        }
+        for tag in tags { expect(tag.path, tag.inode) }
+        for folder in folders where numbers[folder.path] == nil && folder.inode != 0 { expect(folder.path, folder.inode) }
+        let hook = restampHook.withLock { $0 }
+        var fresh: [[UInt8]: FolderStamp?] = [:]
+        // Deepest first: a folder's own stamp is known before its parent's entries are checked.
+        for path in paths.sorted(by: { $0.count > $1.count }) {
+            hook?(store.path, path, .beforeStamp)
+            let fd = withCName(path) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0) }
+            guard fd >= 0 else {
+                // Gone (its parent, changed too, is checked not to hold it), or unreadable.
+                guard stamp(store, path) == nil else { return nil }
+                let gone: FolderStamp? = topFolders.contains(path) ? absent(path) : nil
+                fresh[path] = .some(gone)
+                continue
+            }
+            defer { close(fd) }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { return nil }
+            hook?(store.path, path, .beforeEntries)
+            let isTop = topFolders.contains(path)
+            var held = FolderContents(key: key)
+            var unreadable = false
+            let read: Void? = try? Directory.forEachEntry(of: fd) { name, type, inode in
+                if isTop, name.elementsEqual(ContainerLayout.cacheTagName) { return }
+                // What the walk does not index is no surprise.
+                var type = type
+                if type == DT_UNKNOWN {
+                    var child = stat()
+                    guard withCName(Array(name), { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else { return unreadable = true }
+                    type = child.st_mode & S_IFMT == S_IFREG ? UInt8(DT_REG) : child.st_mode & S_IFMT == S_IFDIR ? UInt8(DT_DIR) : 0
+                }
+                if type == DT_REG || type == DT_DIR { held.add(UnsafeRawBufferPointer(name), inode) }
+            }
+            guard read != nil, !unreadable else { return nil }
+            guard let number = numbers[path], held == expected[number] else { return nil }
+            let stamp = folderStamp(path, info)
+            fresh[path] = stamp
+            expect(path, stamp.inode)
+        }
+        return folders.compactMap { folder in fresh[folder.path] ?? folder }
+    }
+
+    /// Where the last `/` of `path` is (`lastIndex(of:)` costs a closure call a byte in a
+    /// debug build).
+    private static func lastSlash(_ path: [UInt8]) -> Int? {
+        path.withUnsafeBufferPointer { bytes in
+            var index = bytes.count
+            while index > 0 {
+                index -= 1
+                if bytes[index] == UInt8(ascii: "/") { return index }
+            }
+            return nil
+        }
+    }
+
+    /// Whether two byte strings are equal, by `memcmp` (`elementsEqual` costs an iterator a
+    /// byte in a debug build).
+    private static func bytesEqual(_ a: ArraySlice<UInt8>, _ b: ArraySlice<UInt8>) -> Bool {
+        a.count == b.count && a.withUnsafeBytes { a in
+            b.withUnsafeBytes { b in
+                guard let x = a.baseAddress, let y = b.baseAddress else { return true }
+                return memcmp(x, y, a.count) == 0
+            }
+        }
+    }
+
+    /// What a folder holds, order aside: how many entries, and the sum of a keyed hash of
+    /// each (name, inode). Two folders holding other entries differ in it but by a 64-bit
+    /// collision, and the key is random (from the system's generator, whatever
+    /// `SWIFT_DETERMINISTIC_HASHING` says): no name can be chosen to make one. Summed, not
+    /// kept, so that checking costs no allocation a file.
+    struct FolderContents: Equatable {
+        let key: UInt64
+        var count = 0
+        var sum: UInt64 = 0
+
+        init(key: UInt64) { self.key = key }
+
+        mutating func add(_ name: UnsafeRawBufferPointer, _ inode: UInt64) {
+            var hasher = Hasher()
+            hasher.combine(key)
+            hasher.combine(bytes: name)
+            hasher.combine(inode)
+            sum &+= UInt64(truncatingIfNeeded: hasher.finalize())
+            count += 1
+        }
+    }
+
+    /// Where a writer that restamps is, for `restampHook`.
+    enum RestampStep: Sendable {
+        /// Its change made, the folder not yet stamped.
+        case beforeStamp
+        /// The folder stamped, its entries not yet read.
+        case beforeEntries
+    }
+
+    /// For tests: called with the store's path and a folder's as a writer restamps a folder
+    /// it changed, at each step where another program may put a file into that folder.
+    static let restampHook = Mutex<(@Sendable (String, [UInt8], RestampStep) -> Void)?>(nil)
 
     /// Forgets the index (the next purge walks the store).
     static func remove(_ store: Store) {

@@ -20,6 +20,28 @@ public enum Directory {
         return result
     }
 
+    /// Calls `body` with the name (valid only during the call), type (`DT_*`) and inode
+    /// number as the directory gives it (`d_ino`) of every entry of the directory open at
+    /// `fd` except `.` and `..`; nothing is copied, for a folder read only to be checked.
+    public static func forEachEntry(of fd: Int32, _ body: (UnsafeBufferPointer<UInt8>, UInt8, UInt64) -> Void) throws(Errno) {
+        let own = try sys { openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard let stream = fdopendir(own) else {
+            let error = Errno.current
+            close(own)
+            throw error
+        }
+        defer { closedir(stream) }
+        while let entry = readdir(stream) {
+            let type = entry.pointee.d_type, inode = UInt64(entry.pointee.d_ino)
+            withUnsafeBytes(of: &entry.pointee.d_name) { raw in
+                let all = raw.bindMemory(to: UInt8.self)
+                let name = UnsafeBufferPointer(rebasing: all[..<(all.firstIndex(of: 0) ?? all.endIndex)])
+                if name.count == 1 && name[0] == 0x2E || name.count == 2 && name[0] == 0x2E && name[1] == 0x2E { return }
+                body(name, type, inode)
+            }
+        }
+    }
+
     /// A `dirent`'s name as bytes (`d_name` imports as a 256-element tuple).
     public static func entryName(_ entry: UnsafePointer<dirent>) -> [UInt8] {
         withUnsafeBytes(of: entry.pointee.d_name) { raw in

@@ -103,7 +103,7 @@ struct PurgeTests {
 
             // A program keeps writing to a file while it is purged: its writes go to the
             // unlinked file, nothing else changes.
-            let writer = open(container.mounted("Library/Caches/a"), O_WRONLY | O_APPEND)
+            let writer = open(container.mounted("Library/Caches/a"), O_WRONLY | O_APPEND | O_CLOEXEC)
             #expect(writer >= 0)
             let purged = try Purging.purge([container], ["--caches", "--include-running"])
             #expect(Set(purged.paths) == ["Library/Caches/a", "Library/Caches/b", "Library/Caches/sub/c"])
@@ -240,6 +240,13 @@ struct PurgeTests {
 }
 
 /// Helpers for the purge, tag and usage tests.
+/// Every descriptor here is opened with `O_CLOEXEC`. The tests of a parallel run spawn
+/// programs from other threads, and Foundation's `Process` closes in the child only the
+/// descriptors open when it looked (`/proc/self/fd`): one opened meanwhile without it
+/// stays open in that program (a mount's daemon, say) for as long as it runs. The file is
+/// then released only when that program exits, seconds later, and the daemon records a
+/// descriptor held over a second as a use when released (`Tagging.released`): the use
+/// lands after later ones, and the order purge follows is not the order of the uses.
 enum Purging {
     /// What `containerfs purge … --json` reported.
     struct Result {
@@ -264,7 +271,7 @@ enum Purging {
     static func write(_ path: String, size: Int) throws {
         let directory = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         guard writeAll(fd, count: size) else { throw TestFailure("write \(path): \(String(cString: strerror(errno)))") }
@@ -284,7 +291,7 @@ enum Purging {
 
     /// Uses an existing file as a program would: open it, read it whole, close it.
     static func read(_ path: String) throws {
-        let fd = open(path, O_RDONLY)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -293,7 +300,7 @@ enum Purging {
 
     /// Appends one byte to an existing file.
     static func append(_ path: String) throws {
-        let fd = open(path, O_WRONLY | O_APPEND)
+        let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
         guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         _ = writeAll(fd, count: 1)
@@ -301,7 +308,7 @@ enum Purging {
 
     /// Opens and closes a file without reading it.
     static func touchOpen(_ path: String) throws {
-        let fd = open(path, O_RDONLY)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw TestFailure("open \(path): \(String(cString: strerror(errno)))") }
         close(fd)
     }

@@ -36,6 +36,8 @@ struct TagTests {
         b.unmount()
         let expected = ["b2", "a3", "a1", "b3", "b1", "a2"]
         let order = try Purging.purge([a, b], ["--caches", "--dry-run"])
+        // A daemon still running (an unmount that had to detach lazily) would make purge skip its store.
+        #expect((order.json["skipped"] as? [Any])?.isEmpty ?? true, "\(order.json["skipped"] ?? "")")
         #expect(order.paths.map { String($0.split(separator: "/").last!) } == expected)
         #expect(order.stores == uses.map(\.0.store))
         let uses_ = order.deleted.compactMap { $0["lastUseNanoseconds"] as? Int }
