@@ -84,7 +84,12 @@ public struct Run {
         // From here on a SIGINT, SIGTERM or SIGHUP cannot end `run` before it has cleaned up.
         let relay = SignalRelay()
         let lock = try RunLock(store: opened)
-        if let abandoned = lock.abandonedMountpoint { clearAbandonedRun(at: abandoned, opened) }
+        // Only a run folder of ours, mounted (if at all) from this store: the record is the
+        // store owner's to write, and `/container` would detach the host's /dev (RunFolder).
+        if let abandoned = lock.abandonedMountpoint, RunFolder.isMade(abandoned, prefix: RunFolder.runPrefix, leaf: "container"),
+           RunFolder.mountIsOf(abandoned, rootFD: opened.rootFD) {
+            clearAbandonedRun(at: abandoned, opened)
+        }
         if let holder = MountLock.holder(opened) {
             throw UserError("store \(store) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; run mounts the container itself")
         }
