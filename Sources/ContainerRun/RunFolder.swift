@@ -14,7 +14,7 @@ import Glibc
 /// detach the host's `/dev`.
 enum RunFolder {
     static let runPrefix = "containerfs-run-"
-    static let groupPrefix = "containerfs-group-"
+    static let groupPrefix = GroupMount.folderPrefix
 
     /// Whether `mountpoint` is `/tmp/PREFIXXXXXXX/LEAF` (mkdtemp's six characters), its
     /// folder a real folder owned by root or by this process's user.
@@ -37,10 +37,11 @@ enum RunFolder {
         return String(cString: resolved)
     }
 
-    /// Whether the mount at `mountpoint`, if any, is a container mount of the store whose
-    /// root is open at `rootFD` (its source names that folder); true when nothing is mounted.
-    static func mountIsOf(_ mountpoint: String, rootFD: Int32) -> Bool {
-        guard let entry = MountEntry.at(mountpoint) else { return true }
+    /// Whether the mount at `mountpoint` is a container mount of the store whose root is
+    /// open at `rootFD` (its source names that folder); when nothing is mounted there, true
+    /// unless a mount is `required`.
+    static func mountIsOf(_ mountpoint: String, rootFD: Int32, required: Bool = false) -> Bool {
+        guard let entry = MountEntry.at(mountpoint) else { return !required }
         var mine = stat(), theirs = stat()
         return entry.isContainer && fstat(rootFD, &mine) == 0 && stat(entry.source, &theirs) == 0
             && mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino

@@ -210,6 +210,38 @@ struct GroupTests {
         #expect(clash.status == 64, "\(clash)")
     }
 
+    /// The group's mount record (`.containerfs/mount.lock`) is the group owner's to write,
+    /// and a run joins the mount it names. A planted record naming a symlink, in a folder
+    /// shaped as a group folder, to another app's running container made root's run of the
+    /// owner's app bind that container into the sandbox at `/groups/ID`, to read and write.
+    /// Only a group folder of ours with this group mounted there is joined now.
+    @Test func aPlantedGroupMountRecordIsNotBoundIntoTheSandbox() throws {
+        let device = try GroupDevice()
+        var template = Array("/tmp/containerfs-group-XXXXXX".utf8CString)
+        let folder = String(cString: try #require(mkdtemp(&template)))
+        defer { _ = try? runProgram(["rm", "-rf", folder]) }
+        chmod(folder, 0o755)
+        // What root's program (_containerfs outside) can read, as another app's mount is to it.
+        let victim = folder + "/victim"
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        try Data("victim secret\n".utf8).write(to: URL(fileURLWithPath: victim + "/secret.txt"))
+        chmod(victim, 0o755)
+        chmod(victim + "/secret.txt", 0o644)
+        try FileManager.default.createSymbolicLink(atPath: folder + "/group", withDestinationPath: victim)
+        let lock = device.groupStore + "/.containerfs/mount.lock"
+        try Data("1\n\(folder)/group\n".utf8).write(to: URL(fileURLWithPath: lock))
+        // Held as the group's daemon holds it (flock locks of two opens conflict, even in one process).
+        let held = open(lock, O_RDWR | O_CLOEXEC)
+        try #require(held >= 0 && flock(held, LOCK_EX) == 0)
+        defer { close(held) }
+        let group = try Store.open(device.groupStore)
+        #expect(eventually { MountLock.holder(group)?.mountpoint == folder + "/group" }, "the planted record is not held")
+        let result = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", "cat \(GroupDevice.inside)/secret.txt; echo end"])
+        #expect(!result.stdout.contains("victim secret"), "the planted path was bound: \(result)")
+        #expect(result.status == 1 && result.stderr.contains("not its group mount") && result.stderr.split(separator: "\n").count == 1, "\(result)")
+        #expect(containerMounts(of: device.app) == [])
+    }
+
     // MARK: Suspension and 0xdead10cc
 
     /// sqlite3 inside a write transaction on a database in the group when the app is
