@@ -222,10 +222,41 @@ extension Suspension {
         let owner: uid_t = geteuid() == 0 ? ((try? HostAppUser.find())?.uid ?? 0) : geteuid()
         var info = stat()
         guard stat("/proc/\(sandbox.initPID)", &info) == 0, info.st_uid == owner || info.st_uid == geteuid(),
-              !processes(ofSandbox: sandbox.initPID).isEmpty else {
+              isStartedByRun(sandbox.initPID, of: store), !processes(ofSandbox: sandbox.initPID).isEmpty else {
             throw UserError("the program recorded for \(path) is not running confined (its run is ending): nothing to suspend or resume")
         }
         return (store, sandbox)
+    }
+}
+
+extension Suspension {
+    /// Whether the sandbox init `initPID` descends from the process holding the store's run
+    /// lock open (its `run`: bubblewrap is its child, the init bubblewrap's). The record
+    /// naming the init is the store owner's to write: without this, root's `suspend` of
+    /// another user's store stopped, and could kill, whatever process the owner named in
+    /// a pid namespace of its own — another app's sandbox, a container of the host.
+    static func isStartedByRun(_ initPID: pid_t, of store: Store) -> Bool {
+        var lock = stat()
+        guard withCName(RunLock.fileName, { fstatat(store.stateFD, $0, &lock, AT_SYMLINK_NOFOLLOW) }) == 0 else { return false }
+        // The init's parent is bubblewrap, and bubblewrap's `run` (setpriv and env exec
+        // bubblewrap: no process of their own). Nothing further up: a process of the
+        // owner's that started the other app's run would be.
+        guard let bubblewrap = parentPID(initPID), bubblewrap > 1, let run = parentPID(bubblewrap), run > 1 else { return false }
+        return holdsOpen(run, device: lock.st_dev, inode: lock.st_ino)
+    }
+
+    private static func parentPID(_ pid: pid_t) -> pid_t? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? pid_t(fields[1]) : nil
+    }
+
+    private static func holdsOpen(_ pid: pid_t, device: dev_t, inode: ino_t) -> Bool {
+        let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+        return descriptors.contains { fd in
+            var info = stat()
+            return stat("/proc/\(pid)/fd/\(fd)", &info) == 0 && info.st_dev == device && info.st_ino == inode
+        }
     }
 }
 

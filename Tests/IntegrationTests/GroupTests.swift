@@ -318,6 +318,32 @@ struct GroupTests {
         #expect(none.status == 1 && none.stderr.contains("no program runs"), "\(none)")
     }
 
+    /// `suspend` acts on the sandbox a store's run records (`.containerfs/sandbox`), a file
+    /// the store's owner can write. A record naming another app's running sandbox, with the
+    /// run lock held by some process of the owner's, made root's `suspend` of the owner's
+    /// store stop that other app (and kill it, given a "group" it holds a lock in). Only a
+    /// sandbox started by the process holding the store's run lock is acted on now.
+    @Test func suspendDoesNotActOnASandboxAnotherRunStarted() throws {
+        let device = try GroupDevice()
+        let victim = try device.start(device.other, ["sh", "-c", "touch Documents/up; sleep 30; echo victim"])
+        defer { _ = victim.wait() }
+        #expect(waitForFile(device.other + "/Documents/up"))
+        let record = try String(contentsOfFile: device.other + "/.containerfs/sandbox", encoding: .utf8)
+        let victimInit = try #require(record.split(separator: "\n").first.flatMap { pid_t($0) })
+        // The owner's side: the app's run lock held (here by the test), the victim's init recorded.
+        let lock = device.app + "/.containerfs/run.lock"
+        let held = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(held >= 0 && flock(held, LOCK_EX) == 0)
+        defer { close(held) }
+        try Data("\(victimInit)\n".utf8).write(to: URL(fileURLWithPath: device.app + "/.containerfs/sandbox"))
+        let suspended = try containerfs(["suspend", device.app])
+        let states = try runProgram(["sh", "-c", "for p in $(pgrep -u _containerfs -xf 'sleep 30'); do ps -o stat= -p $p; done"])
+        _ = try containerfs(["resume", device.other])   // whatever happened, the victim goes on
+        #expect(suspended.status == 1 && suspended.stderr.contains("is not running confined"), "\(suspended)")
+        #expect(!states.stdout.contains("T"), "the other app was stopped: \(states)")
+        kill(victim.pid, SIGTERM)
+    }
+
     // MARK: One device
 
     /// Locking the app's device locks its group: a complete file there becomes unreadable
