@@ -262,7 +262,10 @@ public struct Run {
         watchdog?.stop()
         // Killed at suspension for a shared lock (here or by `containerfs suspend`): one line, its own status.
         if let line = SandboxRecord.termination(store) {
-            FileHandleOutput.standardError.write("containerfs: \(line)\n")
+            // Read back from the state folder, which the store's owner can write: a line with
+            // control characters (the one written has them escaped) is printed as text.
+            let controls = line.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+            FileHandleOutput.standardError.write("containerfs: \(controls ? ContainerPath.printable(Array(line.utf8), escapingControls: true) : line)\n")
             return SuspensionRule.exitStatus
         }
         if let ended = watchdog?.statusOfEndedProgram {
