@@ -216,10 +216,7 @@ public enum DeviceCapacity {
     /// to a file of root's (which the kernel allows with `fs.protected_hardlinks` off)
     /// must be neither written (the ledger) nor given to the owner (`ownedLikeTheFolder`)
     /// by root's daemon or command.
-    static func isOwnFile(_ fd: Int32) -> Bool {
-        var info = stat()
-        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_nlink == 1
-    }
+    static func isOwnFile(_ fd: Int32) -> Bool { isSoleName(fd) }
 
     static func notOwnFile(_ name: [UInt8]) -> UserError {
         UserError("the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device is not a plain file of its own (another name links to it): remove it, the next mount makes it anew")

@@ -189,6 +189,16 @@ public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) th
     }
 }
 
+/// Whether the file open at `fd` is a regular file with no other name: what a state file
+/// must be before it is truncated, written or chowned. The state folder is the store
+/// owner's to write; a hard link planted there to a file of root's (which the kernel
+/// allows with `fs.protected_hardlinks` off) would otherwise have root's daemon or command
+/// wipe or overwrite that file.
+public func isSoleName(_ fd: Int32) -> Bool {
+    var info = stat()
+    return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_nlink == 1
+}
+
 /// The bundle's name recorded in the state folder `stateFD` (a store's, or a staged one);
 /// `EBADMSG` unless it is one `NAME.app` folder name (`ContainerLayout.isBundleName`): a
 /// recorded path would lead the `*at` calls naming the bundle out of the store.
