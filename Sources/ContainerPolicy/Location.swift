@@ -117,6 +117,20 @@ public struct ContainerLayout: Hashable, Sendable {
         self.groupIdentifier = nil
     }
 
+    /// The longest name a folder may have (Linux's `NAME_MAX`).
+    static let nameLimit = 255
+
+    /// Whether `name` can be an app's bundle: one folder name at the store's root, `NAME.app`
+    /// as `create` takes it, no longer than a name may be. The store records it in its
+    /// state folder, which the store's owner can write; a recorded name holding a `/` would
+    /// be a path, and every `*at` call naming the bundle (the roll forward of an update, an
+    /// offload, a verification) would follow its `..` out of the store — with root's rights
+    /// when root opens another user's store.
+    public static func isBundleName(_ name: [UInt8]) -> Bool {
+        name.count > 4 && name.count <= nameLimit && name.suffix(4).elementsEqual(".app".utf8)
+            && !name.contains(UInt8(ascii: "/")) && !name.contains(0)
+    }
+
     /// An App Group container identified by `groupIdentifier`.
     public init(groupIdentifier: [UInt8]) {
         self.bundleName = []

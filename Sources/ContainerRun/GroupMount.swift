@@ -71,9 +71,15 @@ public final class GroupMount {
         let users = try lockFile(group, usersLockName)
         flockRetrying(users, LOCK_SH)
         if let holder = MountLock.holder(group) {
-            let parent = Directory.holding(holder.mountpoint)
-            guard PrivateMountpoint.group.isOurs(parent) else {
+            // The record is the group owner's to write: joined only if it is a group folder
+            // of ours with this group mounted there, or a planted path (a symlink to another
+            // app's mount) would be bound into the sandbox (PrivateMountpoint).
+            guard PrivateMountpoint.group.isMade(holder.mountpoint),
+                  PrivateMountpoint.mountIsOf(holder.mountpoint, rootFD: group.rootFD, required: true) else {
                 close(users)
+                if MountEntry.at(holder.mountpoint)?.isContainer != true {
+                    throw UserError("the group container \(path) records a mount at \(holder.mountpoint) that is not its group mount (\(group.statePath)/mount.lock, held by pid \(holder.pid)): end that process; runs of its members mount the group themselves")
+                }
                 throw UserError("the group container \(path) is mounted at \(holder.mountpoint): unmount it first with 'containerfs unmount \(holder.mountpoint)'; runs of its members mount it themselves")
             }
             return GroupMount(identifier: identifier, mountpoint: holder.mountpoint, store: group, usersFD: users, startedDaemon: nil)

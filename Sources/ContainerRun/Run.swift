@@ -84,7 +84,12 @@ public struct Run {
         // From here on a SIGINT, SIGTERM or SIGHUP cannot end `run` before it has cleaned up.
         let relay = SignalRelay()
         let lock = try RunLock(store: opened)
-        if let abandoned = lock.abandonedMountpoint { clearAbandonedRun(at: abandoned, opened) }
+        // Only a run folder of ours, mounted (if at all) from this store: the record is the
+        // store owner's to write, and `/container` would detach the host's /dev (PrivateMountpoint).
+        if let abandoned = lock.abandonedMountpoint, PrivateMountpoint.run.isMade(abandoned),
+           PrivateMountpoint.mountIsOf(abandoned, rootFD: opened.rootFD) {
+            clearAbandonedRun(at: abandoned, opened)
+        }
         if let holder = MountLock.holder(opened) {
             throw UserError("store \(store) is mounted at \(holder.mountpoint) (daemon pid \(holder.pid)): unmount it first with 'containerfs unmount \(holder.mountpoint)'; run mounts the container itself")
         }
@@ -257,7 +262,10 @@ public struct Run {
         watchdog?.stop()
         // Killed at suspension for a shared lock (here or by `containerfs suspend`): one line, its own status.
         if let line = SandboxRecord.termination(store) {
-            FileHandleOutput.standardError.write("containerfs: \(line)\n")
+            // Read back from the state folder, which the store's owner can write: a line with
+            // control characters (the one written has them escaped) is printed as text.
+            let controls = line.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+            FileHandleOutput.standardError.write("containerfs: \(controls ? ContainerPath.printable(Array(line.utf8), escapingControls: true) : line)\n")
             return SuspensionRule.exitStatus
         }
         if let ended = watchdog?.statusOfEndedProgram {

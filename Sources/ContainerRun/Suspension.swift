@@ -41,9 +41,14 @@ public enum SuspensionRule {
         return shared.first.map(Verdict.killed) ?? .suspended
     }
 
-    /// The one line `run` (and `suspend`) prints for a kill.
+    /// The one line `run` (and `suspend`) prints for a kill. The file's name and the
+    /// process's (`prctl(PR_SET_NAME)`) are the program's choice: their control characters
+    /// are escaped, or a confined program would write escape sequences to the terminal of
+    /// whoever runs `suspend` (root's, for another user's store), and newlines into the line.
     public static func message(_ lock: HeldLock) -> String {
-        "\(terminationCode): killed at suspension: \(lock.command) (pid \(lock.pid)) held a file lock on \(lock.path) in a shared group container"
+        let command = ContainerPath.printable(Array(lock.command.utf8), escapingControls: true)
+        let path = ContainerPath.printable(Array(lock.path.utf8), escapingControls: true)
+        return "\(terminationCode): killed at suspension: \(command) (pid \(lock.pid)) held a file lock on \(path) in a shared group container"
     }
 }
 
@@ -131,10 +136,13 @@ public enum Suspension {
 
     /// Suspends the sandbox: stops it, then applies `SuspensionRule`; a program killed is
     /// killed whole (its init, and with it its pid namespace).
-    public static func suspend(sandbox initPID: pid_t, groups: [SharedGroupMount]) -> SuspensionRule.Verdict {
+    /// `recording` runs before the kill, so that the run, which wakes at the kill, finds the
+    /// termination recorded.
+    public static func suspend(sandbox initPID: pid_t, groups: [SharedGroupMount], recording: (HeldLock) -> Void = { _ in }) -> SuspensionRule.Verdict {
         stop(sandbox: initPID)
         let verdict = SuspensionRule.verdict(heldLocks(sandbox: initPID, groups: groups))
-        if case .killed = verdict {
+        if case .killed(let lock) = verdict {
+            recording(lock)
             kill(initPID, SIGKILL)
             resume(sandbox: initPID)
         }
@@ -199,9 +207,9 @@ extension Suspension {
     /// (its `run` recorded its sandbox). Returns the verdict.
     public static func suspend(store path: String) throws(UserError) -> SuspensionRule.Verdict {
         let (store, sandbox) = try runningSandbox(path)
-        let verdict = suspend(sandbox: sandbox.initPID, groups: sandbox.groups)
-        if case .killed(let lock) = verdict { SandboxRecord.recordTermination(store, SuspensionRule.message(lock)) }
-        return verdict
+        return suspend(sandbox: sandbox.initPID, groups: sandbox.groups) { lock in
+            SandboxRecord.recordTermination(store, SuspensionRule.message(lock))
+        }
     }
 
     /// `containerfs resume STORE`.
@@ -222,10 +230,41 @@ extension Suspension {
         let owner: uid_t = geteuid() == 0 ? ((try? HostAppUser.find())?.uid ?? 0) : geteuid()
         var info = stat()
         guard stat("/proc/\(sandbox.initPID)", &info) == 0, info.st_uid == owner || info.st_uid == geteuid(),
-              !processes(ofSandbox: sandbox.initPID).isEmpty else {
+              isStartedByRun(sandbox.initPID, of: store), !processes(ofSandbox: sandbox.initPID).isEmpty else {
             throw UserError("the program recorded for \(path) is not running confined (its run is ending): nothing to suspend or resume")
         }
         return (store, sandbox)
+    }
+}
+
+extension Suspension {
+    /// Whether the sandbox init `initPID` descends from the process holding the store's run
+    /// lock open (its `run`: bubblewrap is its child, the init bubblewrap's). The record
+    /// naming the init is the store owner's to write: without this, root's `suspend` of
+    /// another user's store stopped, and could kill, whatever process the owner named in
+    /// a pid namespace of its own — another app's sandbox, a container of the host.
+    static func isStartedByRun(_ initPID: pid_t, of store: Store) -> Bool {
+        var lock = stat()
+        guard withCName(RunLock.fileName, { fstatat(store.stateFD, $0, &lock, AT_SYMLINK_NOFOLLOW) }) == 0 else { return false }
+        // The init's parent is bubblewrap, and bubblewrap's `run` (setpriv and env exec
+        // bubblewrap: no process of their own). Nothing further up: a process of the
+        // owner's that started the other app's run would be.
+        guard let bubblewrap = parentPID(initPID), bubblewrap > 1, let run = parentPID(bubblewrap), run > 1 else { return false }
+        return holdsOpen(run, device: lock.st_dev, inode: lock.st_ino)
+    }
+
+    private static func parentPID(_ pid: pid_t) -> pid_t? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? pid_t(fields[1]) : nil
+    }
+
+    private static func holdsOpen(_ pid: pid_t, device: dev_t, inode: ino_t) -> Bool {
+        let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+        return descriptors.contains { fd in
+            var info = stat()
+            return stat("/proc/\(pid)/fd/\(fd)", &info) == 0 && info.st_dev == device && info.st_ino == inode
+        }
     }
 }
 
@@ -239,9 +278,9 @@ final class SuspensionTimer: @unchecked Sendable {
         let ended = ended
         thread = Thread {
             guard ended.wait(timeout: .now() + delay) == .timedOut else { return }
-            switch Suspension.suspend(sandbox: initPID, groups: groups) {
-            case .killed(let lock):
-                SandboxRecord.recordTermination(store, SuspensionRule.message(lock))
+            switch Suspension.suspend(sandbox: initPID, groups: groups, recording: { SandboxRecord.recordTermination(store, SuspensionRule.message($0)) }) {
+            case .killed:
+                break
             case .suspended:
                 FileHandleOutput.standardError.write("containerfs: suspended the program after \(formatSeconds(delay)), holding no lock in a shared group container; resuming it \(formatSeconds(resumeAfter)) later\n")
                 _ = ended.wait(timeout: .now() + resumeAfter)

@@ -133,7 +133,7 @@ public final class AuditLog: @unchecked Sendable {
         guard fd >= 0 else { return }
         defer { Glibc.close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, isSoleName(fd) else { return }
         let line = Array(data) + [UInt8(ascii: "\n")]
         _ = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
@@ -207,7 +207,7 @@ public final class AuditLog: @unchecked Sendable {
         guard fd >= 0 else { return }
         defer { Glibc.close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, isSoleName(fd) else { return }
         _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
 

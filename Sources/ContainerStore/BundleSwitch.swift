@@ -166,8 +166,9 @@ public enum BundleSwitch {
         defer { close(stagedState) }
 
         if exists(at: stagedState, Store.bundleNameFile) {
-            let newName = try readFile(at: stagedState, Store.bundleNameFile, limit: smallStateFileLimit)
-            let oldName = try readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit)
+            // Both names are single folder names, or the journal is not followed.
+            let newName = try readBundleName(at: stagedState)
+            let oldName = try readBundleName(at: stateFD)
             // 1. The bundle.
             if !isEntry(at: rootFD, newName, device: journal.device, inode: journal.inode) {
                 let flags = newName == oldName && exists(at: rootFD, newName) ? clinux_RENAME_EXCHANGE : clinux_RENAME_NOREPLACE

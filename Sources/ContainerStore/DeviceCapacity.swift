@@ -172,6 +172,7 @@ public enum DeviceCapacity {
         let fd = withCName(ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { return }
         defer { close(fd) }
+        guard isOwnFile(fd) else { return }
         _ = DeviceLedger.change(fd) { max(0, $0.addingSaturated(change)) }
     }
 
@@ -213,14 +214,29 @@ public enum DeviceCapacity {
         guard fd >= 0 else {
             throw UserError("cannot open the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device: \(Errno.current)")
         }
+        guard isOwnFile(fd) else {
+            close(fd)
+            throw notOwnFile(name)
+        }
         ownedLikeTheFolder(fd, state)
         return fd
+    }
+
+    /// Whether the file open at `fd` is the device's own: a regular file with no other
+    /// name. The device's state folder is its owner's to write: a hard link planted there
+    /// to a file of root's (which the kernel allows with `fs.protected_hardlinks` off)
+    /// must be neither written (the ledger) nor given to the owner (`ownedLikeTheFolder`)
+    /// by root's daemon or command.
+    static func isOwnFile(_ fd: Int32) -> Bool { isSoleName(fd) }
+
+    static func notOwnFile(_ name: [UInt8]) -> UserError {
+        UserError("the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device is not a plain file of its own (another name links to it): remove it, the next mount makes it anew")
     }
 
     /// A file root made in the device's state folder belongs to the folder's owner, as the
     /// rest of the device does: the owner's own daemons open it too.
     static func ownedLikeTheFolder(_ fd: Int32, _ state: Int32) {
-        guard geteuid() == 0 else { return }
+        guard geteuid() == 0, isOwnFile(fd) else { return }
         var folder = stat(), file = stat()
         guard fstat(state, &folder) == 0, fstat(fd, &file) == 0, file.st_uid != folder.st_uid || file.st_gid != folder.st_gid else { return }
         _ = fchown(fd, folder.st_uid, folder.st_gid)
@@ -268,6 +284,11 @@ public final class DeviceLedger: Sendable {
         guard ledger >= 0 else {
             close(attached)
             throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
+        }
+        guard DeviceCapacity.isOwnFile(ledger) else {
+            close(ledger)
+            close(attached)
+            throw DeviceCapacity.notOwnFile(DeviceCapacity.ledgerName)
         }
         DeviceCapacity.ownedLikeTheFolder(ledger, state)
         let account = DeviceLedger(capacity: capacity, ledger: ledger, attached: attached)

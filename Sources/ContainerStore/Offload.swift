@@ -50,7 +50,7 @@ public struct OffloadRecord: Sendable, Equatable {
 
     /// True when a record exists and the bundle is still there: an offload a crash cut short.
     static func isUnfinished(rootFD: Int32, stateFD: Int32) -> Bool {
-        guard BundleSwitch.exists(at: stateFD, fileName), let name = try? readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit) else { return false }
+        guard BundleSwitch.exists(at: stateFD, fileName), let name = try? readBundleName(at: stateFD) else { return false }
         return BundleSwitch.exists(at: rootFD, name)
     }
 
@@ -58,7 +58,7 @@ public struct OffloadRecord: Sendable, Equatable {
     /// to do when it is installed or already gone.
     static func finish(rootFD: Int32, stateFD: Int32) throws(Errno) {
         guard isUnfinished(rootFD: rootFD, stateFD: stateFD) else { return }
-        let name = try readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit)
+        let name = try readBundleName(at: stateFD)
         let (working, _) = try StagingName.create(beside: Array(name: "bundle"), "offload") { mkdirat(stateFD, $0, 0o700) }
         let workingFD = try openDirectory(at: stateFD, working)
         defer { close(workingFD) }

@@ -8,7 +8,8 @@ import Glibc
 /// or is killed. The file says who holds it (pid) and where that run mounted the container,
 /// so that the next run can clear what a run killed with SIGKILL left mounted.
 public final class RunLock: @unchecked Sendable {
-    static let fileName = Array(name: "run.lock")
+    /// The lock's file in the state folder.
+    public static let fileName = Array(name: "run.lock")
     private let lock: StateLock
     /// The mount point a previous run recorded and never cleared: it was killed before
     /// cleaning up, and may have left the container mounted there.

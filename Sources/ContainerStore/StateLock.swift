@@ -14,6 +14,11 @@ final class StateLock {
         guard fd >= 0 else {
             throw UserError("cannot open \(store.statePath)/\(ContainerPath.printable(name)): \(Errno.current)")
         }
+        // Its record is truncated and rewritten: never through a second name of another file.
+        guard isSoleName(fd) else {
+            close(fd)
+            throw UserError("\(store.statePath)/\(ContainerPath.printable(name)) is not a plain file of the store (another name links to it): remove it, it is made anew")
+        }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
             return nil

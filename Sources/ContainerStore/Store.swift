@@ -89,7 +89,13 @@ public final class Store: Sendable {
                     guard AppGroup.problem(with: String(decoding: group, as: UTF8.self)) == nil else { throw Errno(EINVAL) }
                     (layout, offloaded) = (ContainerLayout(groupIdentifier: group), nil)
                 } else {
-                    let bundleName = try readFile(at: stateFD, bundleNameFile, limit: smallStateFileLimit)
+                    guard let bundleName = try? readBundleName(at: stateFD) else {
+                        // A name that is a path is damage, said so; a missing file is an incomplete store.
+                        if let recorded = try? readFile(at: stateFD, bundleNameFile, limit: smallStateFileLimit), !ContainerLayout.isBundleName(recorded) {
+                            throw UserError("store \(path) is damaged: .containerfs/bundle-name names no NAME.app folder of the store (a path, or nothing); create the container again")
+                        }
+                        throw Errno(EINVAL)
+                    }
                     (layout, offloaded) = (ContainerLayout(bundleName: bundleName), try OffloadRecord.read(stateFD: stateFD, bundleName: bundleName))
                 }
                 let store = Store(path: path, rootFD: rootFD, stateFD: stateFD, layout: layout, offloaded: offloaded)
@@ -181,6 +187,25 @@ public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) th
         guard contents.count + count <= limit else { throw Errno(EFBIG) }
         contents += chunk[0..<count]
     }
+}
+
+/// Whether the file open at `fd` is a regular file with no other name: what a state file
+/// must be before it is truncated, written or chowned. The state folder is the store
+/// owner's to write; a hard link planted there to a file of root's (which the kernel
+/// allows with `fs.protected_hardlinks` off) would otherwise have root's daemon or command
+/// wipe or overwrite that file.
+public func isSoleName(_ fd: Int32) -> Bool {
+    var info = stat()
+    return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_nlink == 1
+}
+
+/// The bundle's name recorded in the state folder `stateFD` (a store's, or a staged one);
+/// `EBADMSG` unless it is one `NAME.app` folder name (`ContainerLayout.isBundleName`): a
+/// recorded path would lead the `*at` calls naming the bundle out of the store.
+func readBundleName(at stateFD: Int32) throws(Errno) -> [UInt8] {
+    let name = try readFile(at: stateFD, Store.bundleNameFile, limit: smallStateFileLimit)
+    guard ContainerLayout.isBundleName(name) else { throw Errno(EBADMSG) }
+    return name
 }
 
 /// Whether the small state file `name` in `stateFD` is there but unusable: it cannot be

@@ -87,7 +87,7 @@ extension Store {
             throw UserError.usage("bundle \(bundlePath) is not a folder: name a NAME.app folder")
         }
         let name = splitParent(bundlePath).leaf
-        guard name.count > 4, name.suffix(4).elementsEqual(".app".utf8) else {
+        guard ContainerLayout.isBundleName(name) else {
             throw UserError.usage("bundle \(bundlePath) must be a folder named NAME.app, as an iOS app bundle is")
         }
         return name

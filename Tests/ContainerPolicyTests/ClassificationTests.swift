@@ -181,6 +181,23 @@ struct ClassificationTests {
         #expect(layout.location(of: ContainerPath(bytes: cell.path)!) == cell.expected)
     }
 
+    /// A bundle's name is one `NAME.app` folder name: the store records it, and its owner
+    /// can write the record, so a path there must never be taken for one.
+    @Test("Bundle names are single NAME.app folder names")
+    func bundleNames() {
+        for good in ["Demo.app", "..app", "Notes Pro.app", "é.app"] {
+            #expect(ContainerLayout.isBundleName(bytes(good)), "\(good)")
+        }
+        #expect(ContainerLayout.isBundleName([0xFF] + bytes(".app")), "bytes that are not UTF-8 are a name like any other")
+        #expect(ContainerLayout.isBundleName(Array(repeating: UInt8(ascii: "a"), count: 251) + bytes(".app")))
+        let bad: [[UInt8]] = [
+            [], bytes(".app"), bytes("Demo"), bytes("Demo.appx"), bytes("../../etc/x.app"), bytes("a/b.app"), bytes("/Demo.app"),
+            bytes("Demo.app/"), bytes("../../victim/secret"), bytes("Demo") + [0] + bytes(".app"),
+            Array(repeating: UInt8(ascii: "a"), count: 252) + bytes(".app"),
+        ]
+        for name in bad { #expect(!ContainerLayout.isBundleName(name), "\(ContainerPath.printable(name))") }
+    }
+
     @Test("Hidden names", arguments: hiddenNameCases)
     func hidden(_ cell: ClassificationCase) {
         #expect(layout.location(of: ContainerPath(bytes: cell.path)!) == cell.expected)

@@ -334,3 +334,32 @@ struct PurgeStoreTests {
         #expect(usage.areas.filter(\.backedUp).map(\.name) == ["Documents", "Inbox", "Library"])
     }
 }
+
+/// The state folder is the store owner's to write. Where the kernel lets anyone hard-link
+/// a file they do not own (`fs.protected_hardlinks` off), a state file planted as a second
+/// name of root's file made root's run truncate and rewrite it (run.lock, mount.lock),
+/// its daemon truncate and map it (the use table) or append to it (the audit log). Here
+/// root's own file, linked by root, stands for it: none of them touches it.
+@Suite("Planted state files")
+struct PlantedStateFileTests {
+    @Test func aStateFileLinkedToAnotherFileIsNeitherTruncatedNorWritten() throws {
+        let scratch = try PurgeScratch()
+        let contents = Data("root's own file\n".utf8)
+        for name in ["run.lock", "mount.lock", "uses", "audit.log"] {
+            let victim = scratch.base + "/victim-" + name
+            try contents.write(to: URL(fileURLWithPath: victim))
+            let planted = scratch.root + "/.containerfs/" + name
+            unlink(planted)
+            #expect(link(victim, planted) == 0)
+            switch name {
+            case "run.lock": #expect(throws: UserError.self) { _ = try RunLock(store: scratch.store) }
+            case "mount.lock": #expect(throws: UserError.self) { _ = try MountLock(store: scratch.store, mountpoint: "/x") }
+            case "uses": #expect(UseTable.openForWriting(scratch.store) == nil)
+            default:
+                AuditLog.recordGrant(stateFD: scratch.store.stateFD, pid: 1, uid: 0, hostPath: "/h", insidePath: "/grants/h", writable: false)
+            }
+            #expect(FileManager.default.contents(atPath: victim) == contents, "\(name): the linked file was changed")
+            unlink(planted)
+        }
+    }
+}

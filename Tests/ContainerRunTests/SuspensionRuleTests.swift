@@ -19,4 +19,15 @@ import Testing
         #expect(line.hasPrefix("0xdead10cc: ") && line.contains("/groups/group.a/db.sqlite") && !line.contains("\n"))
         #expect(SuspensionRule.exitStatus == 0xcc)
     }
+
+    /// The program names the file and itself: its escape sequences (clear the screen, set
+    /// the title) and newlines reach the caller's terminal, or root's through `suspend`,
+    /// only as text.
+    @Test func theProgramsNamesAreEscapedInTheLine() {
+        let hostile = HeldLock(path: "/groups/group.a/x\u{1B}[2J\u{1B}]0;PWNED\u{07}\nfake line", pid: 13,
+                               command: "sh\u{1B}[31m", inSharedGroup: true)
+        let line = SuspensionRule.message(hostile)
+        #expect(!line.utf8.contains(0x1B) && !line.utf8.contains(0x07) && !line.contains("\n"), "\(line)")
+        #expect(line.contains("/groups/group.a/x") && line.contains("PWNED"), "\(line)")
+    }
 }

@@ -130,6 +130,35 @@ struct DeviceLedgerTests {
         #expect(second.free == 0 && second.reserve(1) == 0)
     }
 
+    /// The device's state folder is its owner's to write. Where the kernel lets anyone
+    /// hard-link a file they do not own (`fs.protected_hardlinks` off), a lock or ledger
+    /// planted there as a second name of root's file made root's daemon give that file to
+    /// the folder's owner (fchown) and write its first 8 bytes. Here root's own file,
+    /// linked by root, stands for it: it is neither chowned nor written, and attach fails
+    /// with one line.
+    @Test func aLockOrLedgerLinkedToAnotherFileIsNeitherChownedNorWritten() throws {
+        let (app, _, device, base) = try makeDevice()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try #require(geteuid() == 0, "root's daemon is what is tested")
+        try DeviceCapacity.write(devicePath: device, 1 << 30)
+        let state = device + "/.containerfs-device"
+        // The folder (and so the device) belongs to another user.
+        #expect(chown(state, 65534, 65534) == 0)
+        for name in ["decide.lock", "ledger"] {
+            let victim = base + "/victim-" + name
+            try Data("root's own file\n".utf8).write(to: URL(fileURLWithPath: victim))
+            chmod(victim, 0o600)
+            unlink(state + "/" + name)
+            #expect(link(victim, state + "/" + name) == 0)
+            #expect(throws: UserError.self) { _ = try DeviceLedger.attach(app) }
+            DeviceCapacity.addToLedger(device, 4096)
+            var info = stat()
+            #expect(stat(victim, &info) == 0 && info.st_uid == 0, "\(name): the linked file was given away")
+            #expect(FileManager.default.contents(atPath: victim) == Data("root's own file\n".utf8), "\(name): the linked file was written")
+            unlink(state + "/" + name)
+        }
+    }
+
     /// A planted ledger makes the count wrong, never stops the daemon; the next first
     /// attach counts the device again.
     @Test func aPlantedLedgerIsBoundedAndRecountedAtTheNextFirstAttach() throws {

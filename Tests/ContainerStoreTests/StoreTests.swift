@@ -95,6 +95,52 @@ struct StoreTests {
         symlink("/etc", scratch.path + "/store/Documents/Inbox")
         #expect(throws: UserError.self) { _ = try Store.open(scratch.path + "/store") }
     }
+
+    /// The state folder is its owner's to write, and every command opens a store by
+    /// finishing an offload or update a crash cut short. A bundle name recorded as a path
+    /// (`../../victim/secret`) made that roll forward rename files outside the store: root
+    /// running `usage` or `verify` on another user's store moved root's files into that
+    /// user's folder, and the user's files anywhere root can write. The name is refused
+    /// instead, and nothing outside the store moves.
+    @Test func anOffloadRecordedWithABundleNameThatIsAPathMovesNothingOutOfTheStore() throws {
+        let scratch = try Scratch()
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: scratch.path + "/a", withIntermediateDirectories: true)
+        let root = scratch.path + "/a/s"
+        _ = try Store.create(at: root, bundle: scratch.path + "/Demo.app")
+        // Outside the store, two levels up from its root: what the roll forward must not reach.
+        try fm.createDirectory(atPath: scratch.path + "/victim", withIntermediateDirectories: true)
+        try Data("secret".utf8).write(to: URL(fileURLWithPath: scratch.path + "/victim/secret"))
+        // The owner's side: a folder where the escaped rename would land, an offload record,
+        // and the name.
+        try fm.createDirectory(atPath: root + "/victim", withIntermediateDirectories: true)
+        try Data("x\n".utf8).write(to: URL(fileURLWithPath: root + "/.containerfs/offloaded"))
+        try Data("../../victim/secret".utf8).write(to: URL(fileURLWithPath: root + "/.containerfs/bundle-name"))
+
+        let error = #expect(throws: UserError.self) { _ = try Store.open(root) }
+        #expect(error?.message.contains("bundle-name") == true, "\(error?.message ?? "")")
+        #expect(fm.contents(atPath: scratch.path + "/victim/secret") == Data("secret".utf8), "the file outside stays")
+        #expect(!fm.fileExists(atPath: root + "/victim/secret"), "nothing came into the owner's folder")
+    }
+
+    /// The same through a planted update journal: its staged bundle name, a path, would
+    /// have renamed the owner's file out of the store to where root writes.
+    @Test func anUpdateJournalWithABundleNameThatIsAPathMovesNothingOutOfTheStore() throws {
+        let scratch = try Scratch()
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: scratch.path + "/a", withIntermediateDirectories: true)
+        let root = scratch.path + "/a/s"
+        _ = try Store.create(at: root, bundle: scratch.path + "/Demo.app")
+        try Data("planted".utf8).write(to: URL(fileURLWithPath: root + "/planted"))
+        try fm.createDirectory(atPath: root + "/.containerfs/.bundle.evil/.containerfs", withIntermediateDirectories: true)
+        try Data("../../planted".utf8).write(to: URL(fileURLWithPath: root + "/.containerfs/.bundle.evil/.containerfs/bundle-name"))
+        try Data("containerfs update 1\n.bundle.evil\n1 1\n".utf8).write(to: URL(fileURLWithPath: root + "/.containerfs/update"))
+
+        #expect(throws: UserError.self) { _ = try Store.open(root) }
+        #expect(!fm.fileExists(atPath: scratch.path + "/planted"), "nothing was renamed out of the store")
+        #expect(fm.contents(atPath: root + "/planted") == Data("planted".utf8))
+        #expect(fm.fileExists(atPath: root + "/Demo.app/Info.plist"), "the bundle stays in place")
+    }
 }
 
 @Suite("Audit log")

@@ -210,6 +210,38 @@ struct GroupTests {
         #expect(clash.status == 64, "\(clash)")
     }
 
+    /// The group's mount record (`.containerfs/mount.lock`) is the group owner's to write,
+    /// and a run joins the mount it names. A planted record naming a symlink, in a folder
+    /// shaped as a group folder, to another app's running container made root's run of the
+    /// owner's app bind that container into the sandbox at `/groups/ID`, to read and write.
+    /// Only a group folder of ours with this group mounted there is joined now.
+    @Test func aPlantedGroupMountRecordIsNotBoundIntoTheSandbox() throws {
+        let device = try GroupDevice()
+        var template = Array("/tmp/containerfs-group-XXXXXX".utf8CString)
+        let folder = String(cString: try #require(mkdtemp(&template)))
+        defer { _ = try? runProgram(["rm", "-rf", folder]) }
+        chmod(folder, 0o755)
+        // What root's program (_containerfs outside) can read, as another app's mount is to it.
+        let victim = folder + "/victim"
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        try Data("victim secret\n".utf8).write(to: URL(fileURLWithPath: victim + "/secret.txt"))
+        chmod(victim, 0o755)
+        chmod(victim + "/secret.txt", 0o644)
+        try FileManager.default.createSymbolicLink(atPath: folder + "/group", withDestinationPath: victim)
+        let lock = device.groupStore + "/.containerfs/mount.lock"
+        try Data("1\n\(folder)/group\n".utf8).write(to: URL(fileURLWithPath: lock))
+        // Held as the group's daemon holds it (flock locks of two opens conflict, even in one process).
+        let held = open(lock, O_RDWR | O_CLOEXEC)
+        try #require(held >= 0 && flock(held, LOCK_EX) == 0)
+        defer { close(held) }
+        let group = try Store.open(device.groupStore)
+        #expect(eventually { MountLock.holder(group)?.mountpoint == folder + "/group" }, "the planted record is not held")
+        let result = try runProgram([containerfsBinary, "run", device.app, "--", "sh", "-c", "cat \(GroupDevice.inside)/secret.txt; echo end"])
+        #expect(!result.stdout.contains("victim secret"), "the planted path was bound: \(result)")
+        #expect(result.status == 1 && result.stderr.contains("not its group mount") && result.stderr.split(separator: "\n").count == 1, "\(result)")
+        #expect(containerMounts(of: device.app) == [])
+    }
+
     // MARK: Suspension and 0xdead10cc
 
     /// sqlite3 inside a write transaction on a database in the group when the app is
@@ -284,6 +316,32 @@ struct GroupTests {
         #expect(ended.status == 204 && ended.stderr.contains("0xdead10cc"), "\(ended)")
         let none = try containerfs(["suspend", device.widget])
         #expect(none.status == 1 && none.stderr.contains("no program runs"), "\(none)")
+    }
+
+    /// `suspend` acts on the sandbox a store's run records (`.containerfs/sandbox`), a file
+    /// the store's owner can write. A record naming another app's running sandbox, with the
+    /// run lock held by some process of the owner's, made root's `suspend` of the owner's
+    /// store stop that other app (and kill it, given a "group" it holds a lock in). Only a
+    /// sandbox started by the process holding the store's run lock is acted on now.
+    @Test func suspendDoesNotActOnASandboxAnotherRunStarted() throws {
+        let device = try GroupDevice()
+        let victim = try device.start(device.other, ["sh", "-c", "touch Documents/up; sleep 30; echo victim"])
+        defer { _ = victim.wait() }
+        #expect(waitForFile(device.other + "/Documents/up"))
+        let record = try String(contentsOfFile: device.other + "/.containerfs/sandbox", encoding: .utf8)
+        let victimInit = try #require(record.split(separator: "\n").first.flatMap { pid_t($0) })
+        // The owner's side: the app's run lock held (here by the test), the victim's init recorded.
+        let lock = device.app + "/.containerfs/run.lock"
+        let held = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(held >= 0 && flock(held, LOCK_EX) == 0)
+        defer { close(held) }
+        try Data("\(victimInit)\n".utf8).write(to: URL(fileURLWithPath: device.app + "/.containerfs/sandbox"))
+        let suspended = try containerfs(["suspend", device.app])
+        let states = try runProgram(["sh", "-c", "for p in $(pgrep -u _containerfs -xf 'sleep 30'); do ps -o stat= -p $p; done"])
+        _ = try containerfs(["resume", device.other])   // whatever happened, the victim goes on
+        #expect(suspended.status == 1 && suspended.stderr.contains("is not running confined"), "\(suspended)")
+        #expect(!states.stdout.contains("T"), "the other app was stopped: \(states)")
+        kill(victim.pid, SIGTERM)
     }
 
     // MARK: One device

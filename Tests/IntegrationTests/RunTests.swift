@@ -325,6 +325,28 @@ struct RunTests {
         try expectCleanedUp(container)
     }
 
+    /// The run lock's record of a killed run's mount point is the store owner's to write:
+    /// `run` clears only a run folder it made (`/tmp/containerfs-run-XXXXXX/container`,
+    /// root's or this user's), mounted from this store. A planted `/container` made root's
+    /// run of another user's store detach the host's `/dev` (the `dev` beside the mount
+    /// point) and remove the folder; here a tmpfs at `VICTIM/dev` stands for it.
+    @Test func aPlantedAbandonedMountPointIsLeftAlone() throws {
+        let container = try MountedContainer()
+        let victim = container.base + "/victim"
+        try FileManager.default.createDirectory(atPath: victim + "/dev", withIntermediateDirectories: true)
+        let mounted = try runProgram(["mount", "-t", "tmpfs", "-o", "size=64k", "victim", victim + "/dev"])
+        try #require(mounted.status == 0, "\(mounted)")
+        defer { _ = try? runProgram(["umount", "-l", victim + "/dev"]) }
+        FileManager.default.createFile(atPath: victim + "/dev/marker", contents: nil)
+        try Data("1\n\(victim)/container\n".utf8).write(to: URL(fileURLWithPath: container.stored(".containerfs/run.lock")))
+        let result = try containerfsRun(container, ["true"])
+        #expect(result.status == 0, "\(result)")
+        #expect(mountTable().contains { $0.mountpoint == victim + "/dev" }, "the planted mount point's dev was detached")
+        #expect(FileManager.default.fileExists(atPath: victim + "/dev/marker"))
+        #expect(!result.stderr.contains("clearing"), "\(result.stderr)")
+        try expectCleanedUp(container)
+    }
+
     /// `containerfs unmount` of the mount a killed run left clears the rest of its run
     /// folder too: the read-only tmpfs of root's program's /dev nodes, and the folder.
     @Test func unmountingAKilledRunsMountClearsItsRunFolder() throws {
