@@ -136,6 +136,12 @@ public enum ControlChannel {
         let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
         defer { close(fd) }
+        // The socket is in the store, whose owner could serve one that never answers in the
+        // daemon's place: root's command gives up rather than wait for it forever.
+        var timeout = timeval(tv_sec: answerSeconds, tv_usec: 0)
+        for option in [SO_RCVTIMEO, SO_SNDTIMEO] {
+            setsockopt(fd, SOL_SOCKET, option, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        }
         var address = address(stateFD: store.stateFD)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -150,6 +156,16 @@ public enum ControlChannel {
         if closingWrites { shutdown(fd, Int32(SHUT_WR)) }
         var reply = [UInt8](repeating: 0, count: replyCapacity)
         let count = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if count < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+            throw UserError("the daemon of \(store.path) did not answer within \(answerSeconds) s: if its mount is stuck, detach it with 'containerfs unmount -z MOUNTPOINT'")
+        }
         return Array(reply.prefix(max(0, count)))
     }
+
+    /// How long a daemon may take to answer: a recount walks the whole store, which takes
+    /// seconds for a million files. `CONTAINERFS_TEST_CONTROL_TIMEOUT` shortens it for tests.
+    static let answerSeconds: Int = {
+        guard let text = getenv("CONTAINERFS_TEST_CONTROL_TIMEOUT"), let seconds = Int(String(cString: text)), seconds > 0 else { return 300 }
+        return min(seconds, 300)
+    }()
 }

@@ -191,4 +191,35 @@ struct DeliverTests {
         // Nothing is left half-made in the state folder either.
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: container.stored(".containerfs/incoming"))) ?? []) == [])
     }
+
+    /// The control socket is in the store, which its owner can write: one that accepts and
+    /// never answers, served with the mount lock held, must not hold root's `deliver`
+    /// forever. It gives up with one line once the daemon's time to answer is past.
+    @Test func aControlSocketThatNeverAnswersDoesNotHoldDeliverForever() throws {
+        let container = try MountedContainer()
+        let source = container.base + "/handed-over.txt"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: source))
+        var environment = ProcessInfo.processInfo.environment
+        environment["CONTAINERFS_TEST_CONTROL_TIMEOUT"] = "2"
+        let result = try runProgram(["/usr/bin/python3", "-c", """
+            import fcntl, os, socket, subprocess, sys, time
+            state, binary, store, source = sys.argv[1:5]
+            lock = open(state + "/mount.lock", "w")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock.write(f"{os.getpid()}\\n/nowhere\\n"); lock.flush()
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            server.bind(state + "/control.sock"); server.listen(8)
+            started = time.monotonic()
+            try:
+                done = subprocess.run([binary, "deliver", store, source], capture_output=True, text=True, timeout=60)
+                print(done.returncode, round(time.monotonic() - started), done.stderr.strip(), sep="|")
+            except subprocess.TimeoutExpired:
+                print("hung")
+            """, container.stored(".containerfs"), containerfsBinary, container.store, source], environment: environment)
+        let fields = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|", maxSplits: 2).map(String.init)
+        try #require(fields.count == 3, "\(result)")
+        #expect(fields[0] == "1", "\(result)")
+        #expect((Int(fields[1]) ?? 99) < 30, "\(result)")
+        #expect(fields[2].contains("did not answer within 2 s") && !fields[2].contains("\n"), "\(result)")
+    }
 }

@@ -109,7 +109,7 @@ struct ObjectStoreBackupTests {
     @Test func serverKilledDuringUpload() throws {
         try withSeaweedFS { server in
             let source = try MountedContainer()
-            #expect(try runProgram(["sh", "-c", "head -c \(256 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
+            #expect(try runProgram(["sh", "-c", "head -c \(128 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
             let url = "s3://\(SeaweedFS.bucket)/killed.tar"
             let (backup, errors) = try startUploading(source.store, to: url, server: server)
             // Parts are going up: the server dies.
@@ -132,7 +132,7 @@ struct ObjectStoreBackupTests {
     @Test func interruptedUploadLeavesNothing() throws {
         try withSeaweedFS { server in
             let source = try MountedContainer()
-            #expect(try runProgram(["sh", "-c", "head -c \(256 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
+            #expect(try runProgram(["sh", "-c", "head -c \(128 << 20) /dev/urandom > '\(source.stored("Documents/data.bin"))'"]).status == 0)
             for (signal, status) in [(SIGINT, Int32(130)), (SIGTERM, Int32(143))] {
                 let key = "interrupted-\(signal).tar"
                 let (backup, errors) = try startUploading(source.store, to: "s3://\(SeaweedFS.bucket)/\(key)", server: server)
