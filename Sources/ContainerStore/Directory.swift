@@ -4,19 +4,8 @@ import Glibc
 public enum Directory {
     /// Every entry of the directory open at `fd` except `.` and `..`, with its type (`DT_*`).
     public static func entries(of fd: Int32) throws(Errno) -> [(name: [UInt8], type: UInt8)] {
-        let own = try sys { openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        guard let stream = fdopendir(own) else {
-            let error = Errno.current
-            close(own)
-            throw error
-        }
-        defer { closedir(stream) }
         var result: [(name: [UInt8], type: UInt8)] = []
-        while let entry = readdir(stream) {
-            let name = entryName(entry)
-            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
-            result.append((name, entry.pointee.d_type))
-        }
+        try forEachEntry(of: fd) { name, type, _ in result.append((Array(name), type)) }
         return result
     }
 
@@ -39,14 +28,6 @@ public enum Directory {
                 if name.count == 1 && name[0] == 0x2E || name.count == 2 && name[0] == 0x2E && name[1] == 0x2E { return }
                 body(name, type, inode)
             }
-        }
-    }
-
-    /// A `dirent`'s name as bytes (`d_name` imports as a 256-element tuple).
-    public static func entryName(_ entry: UnsafePointer<dirent>) -> [UInt8] {
-        withUnsafeBytes(of: entry.pointee.d_name) { raw in
-            let bytes = raw.bindMemory(to: UInt8.self)
-            return Array(bytes.prefix { $0 != 0 })
         }
     }
 
