@@ -85,9 +85,11 @@ public final class DeviceInstall {
                 return
             }
         } else {
+            // A change that adds nothing fits without a count.
+            if bytes == 0 { return }
             // As a first daemon counts the device: a walk of each of its containers.
             used = (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
-            if bytes == 0 || used.addingSaturated(bytes) <= capacity { return }
+            if used.addingSaturated(bytes) <= capacity { return }
         }
         throw refusal(bytes, what, need: need, capacity: capacity, used: used)
     }
