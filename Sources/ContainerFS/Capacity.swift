@@ -262,6 +262,19 @@ final class SpaceAccount: Sendable {
         settle(reserved: reserved, actual: growth)
     }
 
+    /// The folder `key`'s blocks changed by `change` through a change counted apart from
+    /// its names (an extended attribute that took a block of its own, or gave it back):
+    /// its last measure moves with them, so that the next name added counts only what the
+    /// names grew the folder by. Without it, an attribute's block was counted twice (once
+    /// by the attribute, again by the next creation in the folder) and a block given back
+    /// left the measure too high, so that the folder's next real growth went uncounted.
+    func folderChanged(_ key: InodeKey, by change: Int64) {
+        guard change != 0 else { return }
+        folders.withLock { table in
+            if let before = table[key] { table[key] = max(0, before.addingSaturated(change)) }
+        }
+    }
+
     /// Records that `info`'s node lost a name; its space is free when that was its last
     /// link, unless a program still holds it open.
     func removed(_ info: stat) {
@@ -480,8 +493,11 @@ extension FileSystem {
             if let before { space.catchUp(&counted, node.key, before) }
             try body()
             if let before, let after = blockBytes(of: node) {
-                space.settle(reserved: 0, actual: after.subtractingSaturated(before))
+                let change = after.subtractingSaturated(before)
+                space.settle(reserved: 0, actual: change)
                 if counted[node.key] != nil { counted[node.key] = after }
+                // A folder's blocks are also measured as names are added to it.
+                if node.type == S_IFDIR { space.folderChanged(node.key, by: change) }
             }
         }
     }
