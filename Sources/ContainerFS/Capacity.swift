@@ -383,14 +383,15 @@ extension FileSystem {
     }
 
     /// Counts the store again (a change behind the mount, or `containerfs capacity`),
-    /// keeping the files unlinked but still open, which a walk cannot see.
+    /// keeping the files unlinked but still open, and on a `power-loss` mount the removed
+    /// files the journal keeps until their removal is durable, which a walk cannot see.
     func recount() {
         guard space.isActive else { return }
         let held = space.heldUnlinked.reduce(Int64(0)) { total, key in
             guard let node = inodes.node(key), let bytes = blockBytes(of: node) else { return total }
             return total.addingSaturated(bytes)
         }
-        space.recount(store, held: held)
+        space.recount(store, held: held.addingSaturated(powerLoss?.journalOnlyBytes() ?? 0))
     }
 
     /// The bytes a write of `count` bytes at `offset` may add: the part of it beyond the

@@ -42,6 +42,10 @@ final class PowerLoss: @unchecked Sendable {
     static let journalName = Array("power-loss".utf8)
     /// When names become durable: with their folder's fsync, or with any (ext4).
     let model: Durability.NameModel
+    /// Told of each file whose last link was the journal folder's, gone when its removal
+    /// became durable: its blocks are free now (a container with a capacity counted them
+    /// as used until then). Called outside the records' lock.
+    private let lastLinkGone: @Sendable (stat) -> Void
 
     fileprivate struct FileRecord {
         /// An `O_PATH` descriptor of the node, to find it again whatever its names: the
@@ -140,8 +144,9 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     /// Opens (making it, emptied) the journal folder in the store's state folder.
-    init(store: Store, model: Durability.NameModel = .posix) throws(Errno) {
+    init(store: Store, model: Durability.NameModel = .posix, lastLinkGone: @escaping @Sendable (stat) -> Void = { _ in }) throws(Errno) {
         self.model = model
+        self.lastLinkGone = lastLinkGone
         rootFD = store.rootFD
         Self.clear(store)
         _ = withCName(Self.journalName) { mkdirat(store.stateFD, $0, 0o700) }
@@ -339,7 +344,7 @@ final class PowerLoss: @unchecked Sendable {
     /// The data of the file `key` is durable (the caller holds the gate); under ext4's
     /// model, every name change too.
     func syncedFile(_ key: InodeKey) {
-        state.withLock { state in
+        let freed = state.withLock { state -> [stat] in
             if var record = state.files[key], !record.clean {
                 // Kept, clean, with what is now durable; the bytes saved no longer matter.
                 // A record without a descriptor is not worth keeping.
@@ -358,8 +363,9 @@ final class PowerLoss: @unchecked Sendable {
                     state.drop(key, savedBytes: savedBytesFD)
                 }
             }
-            if model == .ext4 { namesDurable(Array(state.folders.keys), &state) }
+            return model == .ext4 ? namesDurable(Array(state.folders.keys), &state) : []
         }
+        freed.forEach(lastLinkGone)
     }
 
     /// Runs `sync`, an `fsync` of the folder `key`; if it succeeds, its names, and those of
@@ -373,31 +379,61 @@ final class PowerLoss: @unchecked Sendable {
         }
         let result = sync()
         guard result == 0 else { return result }
-        state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
+        let freed = state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
+        freed.forEach(lastLinkGone)
         return 0
     }
 
     /// The names of the folders `keys`, and of those renames joined them to, are durable;
-    /// so is the data of the files renamed over names there.
-    private func namesDurable(_ keys: [InodeKey], _ state: inout State) {
+    /// so is the data of the files renamed over names there. Returns the files whose last
+    /// link was the journal's: removed for good, their records dropped too (no durable name
+    /// is left to put their data back under, and a record's descriptor would keep their
+    /// blocks on the disk).
+    private func namesDurable(_ keys: [InodeKey], _ state: inout State) -> [stat] {
         var pending = keys
+        var freed: [stat] = []
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
             for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
             state.descriptors -= record.descriptors
-            release(record)
+            freed += release(record)
         }
+        for info in freed { state.drop(InodeKey(info), savedBytes: savedBytesFD) }
+        return freed
     }
 
-    private func release(_ record: FolderRecord) {
+    /// Lets go of what `record` holds; returns the files whose last link was the journal's.
+    @discardableResult
+    private func release(_ record: FolderRecord) -> [stat] {
         close(record.fd)
         record.ordered.values.forEach { close($0) }
+        var freed: [stat] = []
         for durable in record.names.values {
             switch durable {
             case .absent: break
-            case .node(let link, _): _ = withCName(link) { unlinkat(journalFD, $0, 0) }
+            case .node(let link, _):
+                var info = stat()
+                let measured = withCName(link) { fstatat(journalFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+                if withCName(link, { unlinkat(journalFD, $0, 0) }) == 0, measured, info.st_nlink == 1 { freed.append(info) }
             case .folder(let fd, _, _, _, _): close(fd)
+            }
+        }
+        return freed
+    }
+
+    /// The bytes in blocks of the removed files that only the journal folder's links keep:
+    /// a walk of the store skips the state folder, and the capacity holds them as used
+    /// until their removal is durable.
+    func journalOnlyBytes() -> Int64 {
+        state.withLock { _ in
+            var links: [InodeKey: (count: Int, info: stat)] = [:]
+            Capacity.forEachNode(below: journalFD, skippingState: false) { _, _, info in
+                guard info.st_mode & S_IFMT != S_IFDIR else { return }
+                links[InodeKey(info), default: (0, info)].count += 1
+            }
+            return links.values.reduce(Int64(0)) { total, each in
+                each.count == Int(each.info.st_nlink) ? total.addingSaturated(Capacity.blockBytes(each.info)) : total
             }
         }
     }

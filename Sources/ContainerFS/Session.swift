@@ -167,7 +167,10 @@ public final class Session {
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
         // A journal a daemon killed for real left goes; the store is as written.
         if options.powerLoss {
-            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel) } catch {
+            // A removed file the journal kept is free once its removal is durable.
+            let space = fileSystem.space
+            let lastLinkGone: @Sendable (stat) -> Void = { info in if space.isActive { space.removed(info) } }
+            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel, lastLinkGone: lastLinkGone) } catch {
                 throw UserError("cannot make the power-loss journal in \(store.statePath): \(error)")
             }
         } else {
