@@ -318,6 +318,27 @@ extension FileSystem {
 }
 
 extension FileSystem {
+    /// On a `power-loss` mount, runs `unlink`, which removes the journal's link of the file
+    /// `key` once its removal is durable and returns the file as it is after; counts what
+    /// that frees when it was the file's last link. In the file's turn, as a removal
+    /// through the mount: a name of the file removed at the same moment would otherwise
+    /// see it freed twice, or never (fsstress with hard links under `power-loss=ext4`).
+    func removingJournalLink(_ key: InodeKey, _ unlink: () -> stat?) -> stat? {
+        guard space.isActive, let node = inodes.node(key) else {
+            let after = unlink()
+            if space.isActive, let after, after.st_nlink == 0 { space.removed(after) }
+            return after
+        }
+        return space.serialized(inodes.ino(node)) { counted in
+            let after = unlink()
+            if let after, after.st_nlink == 0 {
+                space.catchUp(&counted, key, Capacity.blockBytes(after))
+                space.removed(after)
+            }
+            return after
+        }
+    }
+
     /// Runs `body`, a change that may grow the file `ino` open at `fd` (any descriptor,
     /// `O_PATH` too) by `growth(stat before)` bytes, within the capacity. `body` gets how
     /// many of those bytes fit (all of them, or with `partial` fewer: a short write) and

@@ -42,10 +42,11 @@ final class PowerLoss: @unchecked Sendable {
     static let journalName = Array("power-loss".utf8)
     /// When names become durable: with their folder's fsync, or with any (ext4).
     let model: Durability.NameModel
-    /// Told of each file whose last link was the journal folder's, gone when its removal
-    /// became durable: its blocks are free now (a container with a capacity counted them
-    /// as used until then). Called outside the records' lock.
-    private let lastLinkGone: @Sendable (stat) -> Void
+    /// Runs its second argument, which removes the journal folder's link of the file (the
+    /// first) once the file's removal is durable and returns the file as it is after; the
+    /// daemon counts there what that frees (a container with a capacity counted the file
+    /// as used until then), in turn with the file's other changes.
+    private let removingLink: @Sendable (InodeKey, () -> stat?) -> stat?
 
     fileprivate struct FileRecord {
         /// An `O_PATH` descriptor of the node, to find it again whatever its names: the
@@ -144,9 +145,10 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     /// Opens (making it, emptied) the journal folder in the store's state folder.
-    init(store: Store, model: Durability.NameModel = .posix, lastLinkGone: @escaping @Sendable (stat) -> Void = { _ in }) throws(Errno) {
+    init(store: Store, model: Durability.NameModel = .posix,
+         removingLink: @escaping @Sendable (InodeKey, () -> stat?) -> stat? = { $1() }) throws(Errno) {
         self.model = model
-        self.lastLinkGone = lastLinkGone
+        self.removingLink = removingLink
         rootFD = store.rootFD
         Self.clear(store)
         _ = withCName(Self.journalName) { mkdirat(store.stateFD, $0, 0o700) }
@@ -344,7 +346,7 @@ final class PowerLoss: @unchecked Sendable {
     /// The data of the file `key` is durable (the caller holds the gate); under ext4's
     /// model, every name change too.
     func syncedFile(_ key: InodeKey) {
-        let freed = state.withLock { state -> [stat] in
+        state.withLock { state in
             if var record = state.files[key], !record.clean {
                 // Kept, clean, with what is now durable; the bytes saved no longer matter.
                 // A record without a descriptor is not worth keeping.
@@ -363,9 +365,8 @@ final class PowerLoss: @unchecked Sendable {
                     state.drop(key, savedBytes: savedBytesFD)
                 }
             }
-            return model == .ext4 ? namesDurable(Array(state.folders.keys), &state) : []
+            if model == .ext4 { namesDurable(Array(state.folders.keys), &state) }
         }
-        freed.forEach(lastLinkGone)
     }
 
     /// Runs `sync`, an `fsync` of the folder `key`; if it succeeds, its names, and those of
@@ -379,19 +380,17 @@ final class PowerLoss: @unchecked Sendable {
         }
         let result = sync()
         guard result == 0 else { return result }
-        let freed = state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
-        freed.forEach(lastLinkGone)
+        state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
         return 0
     }
 
     /// The names of the folders `keys`, and of those renames joined them to, are durable;
-    /// so is the data of the files renamed over names there. Returns the files whose last
-    /// link was the journal's: removed for good, their records dropped too (no durable name
-    /// is left to put their data back under, and a record's descriptor would keep their
-    /// blocks on the disk).
-    private func namesDurable(_ keys: [InodeKey], _ state: inout State) -> [stat] {
+    /// so is the data of the files renamed over names there. The files whose last link was
+    /// the journal's are removed for good: their records go too (no durable name is left to
+    /// put their data back under, and a record's descriptor would keep their blocks).
+    private func namesDurable(_ keys: [InodeKey], _ state: inout State) {
         var pending = keys
-        var freed: [stat] = []
+        var freed: [InodeKey] = []
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
@@ -399,23 +398,28 @@ final class PowerLoss: @unchecked Sendable {
             state.descriptors -= record.descriptors
             freed += release(record)
         }
-        for info in freed { state.drop(InodeKey(info), savedBytes: savedBytesFD) }
-        return freed
+        for key in freed { state.drop(key, savedBytes: savedBytesFD) }
     }
 
     /// Lets go of what `record` holds; returns the files whose last link was the journal's.
     @discardableResult
-    private func release(_ record: FolderRecord) -> [stat] {
+    private func release(_ record: FolderRecord) -> [InodeKey] {
         close(record.fd)
         record.ordered.values.forEach { close($0) }
-        var freed: [stat] = []
+        var freed: [InodeKey] = []
         for durable in record.names.values {
             switch durable {
             case .absent: break
-            case .node(let link, _):
-                var info = stat()
-                let measured = withCName(link) { fstatat(journalFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
-                if withCName(link, { unlinkat(journalFD, $0, 0) }) == 0, measured, info.st_nlink == 1 { freed.append(info) }
+            case .node(let link, let key):
+                // Measured after the unlink, through a descriptor: whether it was the last link.
+                let after = removingLink(key) { () -> stat? in
+                    let fd = withCName(link) { openat(journalFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+                    defer { if fd >= 0 { close(fd) } }
+                    var info = stat()
+                    guard withCName(link, { unlinkat(journalFD, $0, 0) }) == 0, fd >= 0, fstat(fd, &info) == 0 else { return nil }
+                    return info
+                }
+                if let after, after.st_nlink == 0 { freed.append(key) }
             case .folder(let fd, _, _, _, _): close(fd)
             }
         }

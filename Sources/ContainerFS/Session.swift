@@ -168,9 +168,10 @@ public final class Session {
         // A journal a daemon killed for real left goes; the store is as written.
         if options.powerLoss {
             // A removed file the journal kept is free once its removal is durable.
-            let space = fileSystem.space
-            let lastLinkGone: @Sendable (stat) -> Void = { info in if space.isActive { space.removed(info) } }
-            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel, lastLinkGone: lastLinkGone) } catch {
+            let removingLink: @Sendable (InodeKey, () -> stat?) -> stat? = { [unowned fileSystem] key, unlink in
+                fileSystem.removingJournalLink(key, unlink)
+            }
+            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel, removingLink: removingLink) } catch {
                 throw UserError("cannot make the power-loss journal in \(store.statePath): \(error)")
             }
         } else {
