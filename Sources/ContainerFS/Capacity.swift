@@ -277,6 +277,19 @@ final class SpaceAccount: Sendable {
         settle(reserved: reserved, actual: growth)
     }
 
+    /// The folder `key`'s blocks changed by `change` through a change counted apart from
+    /// its names (an extended attribute that took a block of its own, or gave it back):
+    /// its last measure moves with them, so that the next name added counts only what the
+    /// names grew the folder by. Without it, an attribute's block was counted twice (once
+    /// by the attribute, again by the next creation in the folder) and a block given back
+    /// left the measure too high, so that the folder's next real growth went uncounted.
+    func folderChanged(_ key: InodeKey, by change: Int64) {
+        guard change != 0 else { return }
+        folders.withLock { table in
+            if let before = table[key] { table[key] = max(0, before.addingSaturated(change)) }
+        }
+    }
+
     /// Records that `info`'s node lost a name; its space is free when that was its last
     /// link, unless a program still holds it open.
     func removed(_ info: stat) {
@@ -320,6 +333,27 @@ extension FileSystem {
 }
 
 extension FileSystem {
+    /// On a `power-loss` mount, runs `unlink`, which removes the journal's link of the file
+    /// `key` once its removal is durable and returns the file as it is after; counts what
+    /// that frees when it was the file's last link. In the file's turn, as a removal
+    /// through the mount: a name of the file removed at the same moment would otherwise
+    /// see it freed twice, or never (fsstress with hard links under `power-loss=ext4`).
+    func removingJournalLink(_ key: InodeKey, _ unlink: () -> stat?) -> stat? {
+        guard space.isActive, let node = inodes.node(key) else {
+            let after = unlink()
+            if space.isActive, let after, after.st_nlink == 0 { space.removed(after) }
+            return after
+        }
+        return space.serialized(inodes.ino(node)) { counted in
+            let after = unlink()
+            if let after, after.st_nlink == 0 {
+                space.catchUp(&counted, key, Capacity.blockBytes(after))
+                space.removed(after)
+            }
+            return after
+        }
+    }
+
     /// Runs `body`, a change that may grow the file `ino` open at `fd` (any descriptor,
     /// `O_PATH` too) by `growth(stat before)` bytes, within the capacity. `body` gets how
     /// many of those bytes fit (all of them, or with `partial` fewer: a short write) and
@@ -386,8 +420,9 @@ extension FileSystem {
 
     /// Counts the store again (a change behind the mount, or `containerfs capacity`),
     /// keeping the open files with no name, which a walk cannot see: unlinked through the
-    /// mount, never named, or removed behind it (a purge of a file a program writes).
-    /// Those are held from here on, freed at their last close.
+    /// mount, never named, or removed behind it (a purge of a file a program writes);
+    /// those are held from here on, freed at their last close. On a `power-loss` mount,
+    /// also the removed files the journal keeps until their removal is durable.
     func recount() {
         guard space.isActive else { return }
         space.recount(store) { open in
@@ -398,7 +433,7 @@ extension FileSystem {
                       info.st_nlink == 0 else { return total }
                 _ = space.holdUnlinked(key)
                 return total.addingSaturated(Capacity.blockBytes(info))
-            }
+            }.addingSaturated(powerLoss?.journalOnlyBytes() ?? 0)
         }
     }
 
@@ -510,8 +545,11 @@ extension FileSystem {
             if let before { space.catchUp(&counted, node.key, before) }
             try body()
             if let before, let after = blockBytes(of: node) {
-                space.settle(reserved: 0, actual: after.subtractingSaturated(before))
+                let change = after.subtractingSaturated(before)
+                space.settle(reserved: 0, actual: change)
                 if counted[node.key] != nil { counted[node.key] = after }
+                // A folder's blocks are also measured as names are added to it.
+                if node.type == S_IFDIR { space.folderChanged(node.key, by: change) }
             }
         }
     }

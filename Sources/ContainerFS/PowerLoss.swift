@@ -42,6 +42,11 @@ final class PowerLoss: @unchecked Sendable {
     static let journalName = Array("power-loss".utf8)
     /// When names become durable: with their folder's fsync, or with any (ext4).
     let model: Durability.NameModel
+    /// Runs its second argument, which removes the journal folder's link of the file (the
+    /// first) once the file's removal is durable and returns the file as it is after; the
+    /// daemon counts there what that frees (a container with a capacity counted the file
+    /// as used until then), in turn with the file's other changes.
+    private let removingLink: @Sendable (InodeKey, () -> stat?) -> stat?
 
     fileprivate struct FileRecord {
         /// An `O_PATH` descriptor of the node, to find it again whatever its names: the
@@ -140,8 +145,10 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     /// Opens (making it, emptied) the journal folder in the store's state folder.
-    init(store: Store, model: Durability.NameModel = .posix) throws(Errno) {
+    init(store: Store, model: Durability.NameModel = .posix,
+         removingLink: @escaping @Sendable (InodeKey, () -> stat?) -> stat? = { $1() }) throws(Errno) {
         self.model = model
+        self.removingLink = removingLink
         rootFD = store.rootFD
         Self.clear(store)
         _ = withCName(Self.journalName) { mkdirat(store.stateFD, $0, 0o700) }
@@ -378,26 +385,59 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     /// The names of the folders `keys`, and of those renames joined them to, are durable;
-    /// so is the data of the files renamed over names there.
+    /// so is the data of the files renamed over names there. The files whose last link was
+    /// the journal's are removed for good: their records go too (no durable name is left to
+    /// put their data back under, and a record's descriptor would keep their blocks).
     private func namesDurable(_ keys: [InodeKey], _ state: inout State) {
         var pending = keys
+        var freed: [InodeKey] = []
         while let next = pending.popLast() {
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
             for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
             state.descriptors -= record.descriptors
-            release(record)
+            freed += release(record)
         }
+        for key in freed { state.drop(key, savedBytes: savedBytesFD) }
     }
 
-    private func release(_ record: FolderRecord) {
+    /// Lets go of what `record` holds; returns the files whose last link was the journal's.
+    @discardableResult
+    private func release(_ record: FolderRecord) -> [InodeKey] {
         close(record.fd)
         record.ordered.values.forEach { close($0) }
+        var freed: [InodeKey] = []
         for durable in record.names.values {
             switch durable {
             case .absent: break
-            case .node(let link, _): _ = withCName(link) { unlinkat(journalFD, $0, 0) }
+            case .node(let link, let key):
+                // Measured after the unlink, through a descriptor: whether it was the last link.
+                let after = removingLink(key) { () -> stat? in
+                    let fd = withCName(link) { openat(journalFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+                    defer { if fd >= 0 { close(fd) } }
+                    var info = stat()
+                    guard withCName(link, { unlinkat(journalFD, $0, 0) }) == 0, fd >= 0, fstat(fd, &info) == 0 else { return nil }
+                    return info
+                }
+                if let after, after.st_nlink == 0 { freed.append(key) }
             case .folder(let fd, _, _, _, _): close(fd)
+            }
+        }
+        return freed
+    }
+
+    /// The bytes in blocks of the removed files that only the journal folder's links keep:
+    /// a walk of the store skips the state folder, and the capacity holds them as used
+    /// until their removal is durable.
+    func journalOnlyBytes() -> Int64 {
+        state.withLock { _ in
+            var links: [InodeKey: (count: Int, info: stat)] = [:]
+            Capacity.forEachNode(below: journalFD, skippingState: false) { _, _, info in
+                guard info.st_mode & S_IFMT != S_IFDIR else { return }
+                links[InodeKey(info), default: (0, info)].count += 1
+            }
+            return links.values.reduce(Int64(0)) { total, each in
+                each.count == Int(each.info.st_nlink) ? total.addingSaturated(Capacity.blockBytes(each.info)) : total
             }
         }
     }

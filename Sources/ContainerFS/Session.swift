@@ -167,7 +167,11 @@ public final class Session {
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
         // A journal a daemon killed for real left goes; the store is as written.
         if options.powerLoss {
-            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel) } catch {
+            // A removed file the journal kept is free once its removal is durable.
+            let removingLink: @Sendable (InodeKey, () -> stat?) -> stat? = { [unowned fileSystem] key, unlink in
+                fileSystem.removingJournalLink(key, unlink)
+            }
+            do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel, removingLink: removingLink) } catch {
                 throw UserError("cannot make the power-loss journal in \(store.statePath): \(error)")
             }
         } else {

@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 import Glibc
 import Testing
@@ -669,6 +670,38 @@ extension CapacityTests {
         try Self.expectTrueCount(container, "after the mapped writes")
         #expect(unlink(container.mounted("Documents/a")) == 0 && unlink(container.mounted("Documents/b")) == 0)
         try Self.expectTrueCount(container, "after deleting them")
+    }
+
+    /// An extended attribute too large for the inode takes a block of its own on ext4; on
+    /// a folder that block is counted once, and given back when the attribute goes. Found
+    /// by fsstress (its attr_set on folders, then a creat there): the next creation in the
+    /// folder took the attribute's block for the folder's growth and counted it again, and
+    /// after a removal the folder's next growth went uncounted.
+    @Test func aFoldersAttributeBlockCountsOnce() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "64M")
+        try container.mount()
+        let folder = container.mounted("Documents/folder")
+        func create(_ name: String) {
+            let fd = open(folder + "/" + name, O_CREAT | O_WRONLY | O_EXCL, 0o644)
+            #expect(fd >= 0, "create \(name): errno \(errno)")
+            if fd >= 0 { close(fd) }
+        }
+        #expect(mkdir(folder, 0o755) == 0)
+        create("first")
+        try Self.expectTrueCount(container, "after a creation")
+        let value = [UInt8](repeating: UInt8(ascii: "v"), count: 1000)
+        #expect(setxattr(folder, "user.big", value, value.count, 0) == 0, "setxattr: errno \(errno)")
+        try Self.expectTrueCount(container, "after setting a large attribute on the folder")
+        create("second")
+        try Self.expectTrueCount(container, "after a creation in the folder with the attribute")
+        #expect(removexattr(folder, "user.big") == 0, "removexattr: errno \(errno)")
+        create("third")
+        try Self.expectTrueCount(container, "after removing the attribute and a creation")
+        // Enough long names to grow the folder past its first block: that growth is counted.
+        for index in 0..<120 { create(String(repeating: "n", count: 60) + String(index)) }
+        try Self.expectTrueCount(container, "after the folder grew")
     }
 
     /// Opens racing unlinks of the same names, from several processes at once: the daemon

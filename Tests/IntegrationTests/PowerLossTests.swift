@@ -145,6 +145,52 @@ struct PowerLossTests {
         #expect(used < 1_000_000, "the daemon counts \(used) bytes used after the cut")
     }
 
+    /// A durable file removed is kept by the journal (and counted as used) until its
+    /// folder's fsync makes the removal durable; then its blocks are free, in the count
+    /// too. Found by fsstress on a `power-loss` mount with a capacity: every durable file
+    /// removed stayed counted until the next mount, so that a program deleting and making
+    /// files (sqlite's rollback journal) filled the container with nothing in it.
+    @Test func aRemovalMadeDurableFreesTheCapacity() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let set = try containerfs(["capacity", container.store, "64M"])
+        #expect(set.status == 0, "\(set)")
+        try container.mount(options: ["power-loss"])
+        let folder = container.mounted("Documents")
+        func syncFolder() {
+            let fd = open(folder, O_RDONLY | O_DIRECTORY)
+            #expect(fd >= 0 && fsync(fd) == 0, "fsync of the folder: errno \(errno)")
+            if fd >= 0 { close(fd) }
+        }
+        func expectCount(_ journal: Int, _ when: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+            let walked = try CapacityTests.storeBytes(container.store)
+            #expect(CapacityTests.daemonUsed(container) == walked + journal,
+                    "\(when): the daemon counts \(CapacityTests.daemonUsed(container)), the store holds \(walked) and the journal \(journal)",
+                    sourceLocation: sourceLocation)
+        }
+        let megabyte = 1 << 20
+        let data = [UInt8](repeating: 7, count: megabyte)
+        // The second time, a recount (`containerfs capacity` on the mounted store) comes
+        // between the removal and the folder's fsync: it counts what the journal keeps.
+        for recount in [false, true] {
+            let fd = open(folder + "/durable", O_CREAT | O_WRONLY, 0o644)
+            #expect(fd >= 0, "create: errno \(errno)")
+            #expect(write(fd, data, data.count) == data.count && fsync(fd) == 0, "write and fsync: errno \(errno)")
+            close(fd)
+            syncFolder()
+            try expectCount(0, "durable")
+            #expect(unlink(folder + "/durable") == 0)
+            if recount {
+                let result = try containerfs(["capacity", container.store])
+                #expect(result.status == 0, "\(result)")
+            }
+            // Not durably removed: the journal keeps it, and the count with it.
+            try expectCount(megabyte, recount ? "removed, recounted" : "removed")
+            syncFolder()
+            try expectCount(0, recount ? "recounted, durably removed" : "durably removed")
+        }
+    }
+
     @Test func theModeIsAnOptionAndTheCutNeedsIt() throws {
         let refused = try containerfs(["mount", "/nonexistent", "/nonexistent", "-o", "power-loss,writeback"])
         #expect(refused.status == 64)
