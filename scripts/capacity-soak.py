@@ -118,7 +118,7 @@ class Worker:
         # Purge candidates, and the other names some of them get in Documents.
         self.purgeable = [os.path.join(mountpoint, "Library", "Caches", "w%d" % number), os.path.join(mountpoint, "tmp", "w%d" % number)]
         self.links = os.path.join(self.own, "links")
-        for folder in [self.kept, self.shared, self.links] + self.purgeable:
+        for folder in [self.kept, self.shared, self.links]:
             os.makedirs(folder, exist_ok=True)
         self.enospc, self.far, self.done = 0, [], 0
         # --trace (one worker): the count checked after each operation, to find the culprit.
@@ -154,7 +154,11 @@ class Worker:
         """A cache or tmp file written whole as `c-RANDOM-SIZE.part`, then renamed to its
         final name: purge checks the sizes it reports against the names."""
         size = self.random.randrange(0, 384 << 10)
-        final = self.name(self.random.choice(self.purgeable)) + "-%d" % size
+        folder = self.random.choice(self.purgeable)
+        # Made here, not at the start: purge removes it once emptied, and a full container
+        # may refuse it again (ENOSPC, as for any other operation).
+        os.makedirs(folder, exist_ok=True)
+        final = self.name(folder) + "-%d" % size
         with open(final + ".part", "wb") as f:
             f.write(self.data(size))
         os.rename(final + ".part", final)
@@ -398,11 +402,14 @@ class Worker:
 
 
 def work(arguments, results):
-    worker = Worker(*arguments)
+    # Always one result, even when the worker cannot start: the round waits for each.
+    number, worker = arguments[2], None
     try:
-        results.put((worker.number,) + worker.run())
+        worker = Worker(*arguments)
+        results.put((number,) + worker.run())
     except Exception as e:
-        results.put((worker.number, worker.done, worker.enospc, ["%s: %r" % (type(e).__name__, e)]))
+        done, enospc = (worker.done, worker.enospc) if worker else (0, 0)
+        results.put((number, done, enospc, ["%s: %r" % (type(e).__name__, e)]))
 
 
 def check_ledgers(mountpoint, workers):
