@@ -329,6 +329,11 @@ final class PowerLoss: @unchecked Sendable {
     /// succeeds the file's data is durable. Under the gate, so that a cut comes before the
     /// sync (which then fails with `EIO`) or after it, never between the sync and its record.
     func syncingFile(_ key: InodeKey, _ sync: () -> Int32) -> Int32 {
+        gated(sync) { syncedFile(key) }
+    }
+
+    /// Runs `sync` under the gate, `EIO` after a cut, and `synced` if it succeeds.
+    private func gated(_ sync: () -> Int32, then synced: () -> Void) -> Int32 {
         gate.lockShared()
         defer { gate.unlock() }
         if dead.load(ordering: .acquiring) {
@@ -338,7 +343,7 @@ final class PowerLoss: @unchecked Sendable {
         let result = sync()
         guard result >= 0 else { return result }
         let error = errno
-        syncedFile(key)
+        synced()
         errno = error
         return result
     }
@@ -372,16 +377,9 @@ final class PowerLoss: @unchecked Sendable {
     /// Runs `sync`, an `fsync` of the folder `key`; if it succeeds, its names, and those of
     /// the folders renames joined it to, are durable. Under the gate, as `syncingFile`.
     func syncingFolder(_ key: InodeKey, _ sync: () -> Int32) -> Int32 {
-        gate.lockShared()
-        defer { gate.unlock() }
-        if dead.load(ordering: .acquiring) {
-            errno = EIO
-            return -1
+        gated(sync) {
+            state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
         }
-        let result = sync()
-        guard result == 0 else { return result }
-        state.withLock { state in namesDurable(model == .ext4 ? Array(state.folders.keys) : [key], &state) }
-        return 0
     }
 
     /// The names of the folders `keys`, and of those renames joined them to, are durable;

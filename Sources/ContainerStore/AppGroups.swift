@@ -52,16 +52,7 @@ extension Store {
     /// that keeps it from being taken for abandoned; a failure leaves nothing behind.
     public static func buildGroupAsideHeld(in parentFD: Int32, _ leaf: [UInt8], _ purpose: String, path: String,
                                            configure: ((_ rootFD: Int32, _ stateFD: Int32) throws -> Void)? = nil) throws(UserError) -> (name: [UInt8], lock: Int32) {
-        let staging: [UInt8]
-        let lock: Int32
-        do {
-            (staging, lock) = try StagingName.createHeld(in: parentFD, beside: leaf, purpose, folder: true, mode: 0o700)
-        } catch {
-            throw UserError("cannot create \(path): \(error)")
-        }
-        do {
-            let rootFD = try openDirectory(at: parentFD, staging)
-            defer { close(rootFD) }
+        try stageHeld(in: parentFD, beside: leaf, purpose, path: path) { rootFD in
             let layout = ContainerLayout(groupIdentifier: leaf)
             for directory in layout.standardDirectories {
                 try withCName(directory.path.bytes) { (name) throws(Errno) in _ = try sys { mkdirat(rootFD, name, 0o755) } }
@@ -76,13 +67,7 @@ extension Store {
             try configure?(rootFD, stateFD)
             // The marker goes last: a store without it is never opened.
             try writeNewFile(at: stateFD, formatName, formatContents)
-        } catch {
-            removeTree(at: parentFD, staging)
-            close(lock)
-            if let error = error as? UserError { throw error }
-            throw UserError("cannot create \(path): \(error)")
         }
-        return (staging, lock)
     }
 
     /// Checks a list of group identifiers given on the command line: each valid, none

@@ -50,6 +50,16 @@ extension Store {
     public static func buildAsideHeld(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
                                       seal: Seal?, path: String) throws(UserError) -> (name: [UInt8], lock: Int32) {
         let bundleName = try checkBundle(bundlePath)
+        return try stageHeld(in: parentFD, beside: leaf, purpose, path: path) { stagingFD in
+            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
+        }
+    }
+
+    /// Makes a new hidden folder beside `leaf` (`StagingName.createHeld`) and runs `build`
+    /// in it, given its descriptor; returns its name and the lock that keeps it from being
+    /// taken for abandoned. A failure leaves nothing behind.
+    static func stageHeld(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, path: String,
+                          _ build: (_ stagingFD: Int32) throws -> Void) throws(UserError) -> (name: [UInt8], lock: Int32) {
         let staging: [UInt8]
         let lock: Int32
         do {
@@ -60,7 +70,7 @@ extension Store {
         do {
             let stagingFD = try openDirectory(at: parentFD, staging)
             defer { close(stagingFD) }
-            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
+            try build(stagingFD)
         } catch {
             removeTree(at: parentFD, staging)
             close(lock)
