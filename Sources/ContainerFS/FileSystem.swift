@@ -344,7 +344,7 @@ final class FileSystem: @unchecked Sendable {
         try check(.rename(from: source, to: target, exchange: exchange), caller, "rename",
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
-        let replaced = exchange ? nil : removing(to, newName, toName)
+        let replaced = exchange ? nil : removing(to, newName, toName, replacing: true)
         // A new name in the target folder may grow it: refused when the container is full.
         // An exchange reuses both names, but either folder may still change: both counted.
         func renamed() throws(Errno) {
@@ -360,7 +360,7 @@ final class FileSystem: @unchecked Sendable {
                 try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
             }
         }
-        let released = replaced.map { inodes.removed($0) } ?? InodeTable.Released()
+        let released = replaced.map { inodes.removed($0, replaced: true) } ?? InodeTable.Released()
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
         return released
@@ -376,11 +376,12 @@ final class FileSystem: @unchecked Sendable {
         return node.map { inodes.removed($0) } ?? InodeTable.Released()
     }
 
-    /// The known node at `name` in `directory`, about to lose that name.
-    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8]) -> Inode? {
+    /// The known node at `name` in `directory`, about to lose that name (to a rename:
+    /// `replacing`).
+    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], replacing: Bool = false) -> Inode? {
         var info = stat()
         guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0 else { return nil }
-        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName)
+        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName, replacing: replacing)
     }
 
     /// Tells the table that whatever is now at `name` in `directory` moved there.

@@ -43,6 +43,9 @@ final class Inode: @unchecked Sendable {
     var pinned = false
     /// Its last name was removed (`nlink` 0): the descriptor goes once no open file needs it.
     var unlinked = false
+    /// Its last name went to a rename that replaced it: the descriptor stays until the
+    /// kernel forgets the node (`InodeTable.removed`).
+    var replaced = false
     /// Still in the table; a node the kernel forgot closes its descriptor when unused.
     var inTable = true
     /// Its file handle (`name_to_handle_at`), taken when first evicted by a root daemon.
@@ -72,6 +75,10 @@ final class Inode: @unchecked Sendable {
     }
 
     var isDirectory: Bool { type == S_IFDIR }
+
+    /// Whether its descriptor and backing file may go: it has no name, no open file needs
+    /// them, and if a rename replaced it, the kernel has forgotten it. Under the table's lock.
+    var mayLetGo: Bool { unlinked && openFiles == 0 && !(replaced && inTable) }
     var isSymlink: Bool { type == S_IFLNK }
 }
 
@@ -217,6 +224,7 @@ final class InodeTable: @unchecked Sendable {
                     // Linked again (an O_TMPFILE file, or one deleted while open): it has a
                     // name to be reopened by.
                     node.unlinked = false
+                    node.replaced = false
                     node.pinned = false
                     if node.descriptor >= 0 { install(node, node.descriptor, &s) }
                 }
@@ -266,12 +274,21 @@ final class InodeTable: @unchecked Sendable {
         guard ino != FUSE_ROOT_ID, let node = slots[ino] else { return }
         var spare: [Int32] = []
         // Released after the lock, so that descriptors are closed outside it.
-        let dropped = state.withLock { s in
+        let kept = state.withLock { s -> Int32 in
             node.lookups -= min(count, node.lookups)
-            return retireIfUnused(node, &s, &spare)
+            // A node a rename replaced, kept for the opens racing it (`removed`): its close
+            // frees its blocks, which the closer's thread waits for, not this one.
+            let kept = node.unlinked && node.lookups == 0 && node.users == 0 && node.openFiles == 0 && node.firstChild == nil
+                ? dropDescriptor(node, &s) : -1
+            _ = retireIfUnused(node, &s, &spare)
+            return kept
         }
         closeAll(spare)
-        _ = dropped
+        if kept >= 0 {
+            var info = stat()
+            let bytes = fstat(kept, &info) == 0 ? UInt64(clamping: info.st_blocks) &* 512 : 0
+            Released(descriptor: kept, backingID: takeBacking(node), bytes: bytes).close()
+        }
     }
 
     /// Removes `node` and then each ancestor left with no reference and no child.
@@ -325,7 +342,7 @@ final class InodeTable: @unchecked Sendable {
     private func relinquish(_ node: Inode) {
         let fd = state.withLock { s -> Int32 in
             node.users -= 1
-            guard node.users == 0, node.descriptor >= 0, !node.inTable || (node.unlinked && node.openFiles == 0) else { return -1 }
+            guard node.users == 0, node.descriptor >= 0, !node.inTable || node.mayLetGo else { return -1 }
             return dropDescriptor(node, &s)
         }
         if fd >= 0 { Glibc.close(fd) }
@@ -528,12 +545,12 @@ final class InodeTable: @unchecked Sendable {
     func closed(_ node: Inode) {
         let fd = state.withLock { s -> Int32 in
             node.openFiles -= min(node.openFiles, 1)
-            guard node.unlinked, node.openFiles == 0 else { return -1 }
+            guard node.mayLetGo else { return -1 }
             node.pinned = false
             return node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1
         }
         if fd >= 0 { Glibc.close(fd) }
-        if state.withLock({ _ in node.unlinked && node.openFiles == 0 }) { closeBacking(node) }
+        if state.withLock({ _ in node.mayLetGo }) { closeBacking(node) }
     }
 
     /// A node with no name (`O_TMPFILE`): kept open until its last open file closes, since
@@ -548,11 +565,14 @@ final class InodeTable: @unchecked Sendable {
 
     /// Before `name` in `directory` is removed or replaced: a known node that has other
     /// names or open files is pinned, since an ordinary user's daemon could not open it
-    /// again by a name it no longer has. Returns the node, for `removed`.
-    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8]) -> Inode? {
+    /// again by a name it no longer has; so is one a rename replaces (`replacing`) and
+    /// that loses its last name, for the opens racing the rename (`removed`). Returns the
+    /// node, for `removed`.
+    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], replacing: Bool = false) -> Inode? {
         guard let node = node(key) else { return nil }
         let pin = state.withLock { _ in
             node.openFiles > 0
+                || (replacing && links <= 1)
                 || (reopening == .byName && links > 1 && node.parent === directory && node.name == name)
         }
         if pin, (try? acquire(node)) != nil {
@@ -571,13 +591,20 @@ final class InodeTable: @unchecked Sendable {
     /// from the node here and closed by the caller after its reply (`Released.close`):
     /// the last close frees the blocks, which on ext4 waits for the discard, and the
     /// program need not wait for that.
-    func removed(_ node: Inode) -> Released {
+    ///
+    /// A node a rename replaced (`replaced`) keeps them until the kernel forgets it, which
+    /// it does at once unless something holds it: an `open` the kernel resolved to it
+    /// just before the rename then opens it, as on ext4. Let go at once, that open got
+    /// `ESTALE`, and so did the kernel's one retry when a second rename raced it (a reader
+    /// of a file saved atomically in a loop, 1 open in 70).
+    func removed(_ node: Inode, replaced: Bool = false) -> Released {
         var info = stat()
         let links = (try? withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }) == 0 ? info.st_nlink : 0
         guard links == 0 else { return Released() }
         let (fd, free) = state.withLock { s -> (Int32, Bool) in
             node.unlinked = true
-            guard node.openFiles == 0 else { return (-1, false) }
+            node.replaced = replaced
+            guard node.mayLetGo else { return (-1, false) }
             node.pinned = false
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)
         }
