@@ -284,7 +284,10 @@ final class FileSystem: @unchecked Sendable {
         try checkSpaceForCreation()
         try useUmask(of: caller)
         try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
-            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mkdirat(fd, name, mode) } }
+            try inodes.withDescriptor(directory) { fd throws(Errno) in
+                try sys { mkdirat(fd, name, mode) }
+                powerLoss?.madeFolder(in: fd, name)
+            }
         } }
         let param = try created(caller, directory, name, childName, location)
         countCreated(param.attr)

@@ -86,6 +86,10 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     private struct FolderRecord {
+        /// An `O_PATH` descriptor of the folder; -1 for a folder made through the mount and
+        /// never synced since (`State.madeFolders`): nothing in it is durable, so the cut
+        /// empties it, found by a walk, and a program making any number of folders between
+        /// two syncs (`tar x`) holds no descriptor for them.
         var fd: Int32
         /// In the order first changed (the cut puts names back in that order).
         var names: [[UInt8]: DurableName] = [:]
@@ -93,7 +97,7 @@ final class PowerLoss: @unchecked Sendable {
         var partners: Set<InodeKey> = []
         /// The descriptors it holds: its own, its removed folders', its renamed files'.
         var descriptors: Int {
-            1 + ordered.count + names.values.reduce(0) { count, durable in
+            (fd >= 0 ? 1 : 0) + ordered.count + names.values.reduce(0) { count, durable in
                 if case .folder = durable { count + 1 } else { count }
             }
         }
@@ -106,6 +110,9 @@ final class PowerLoss: @unchecked Sendable {
     private struct State {
         var files: [InodeKey: FileRecord] = [:]
         var folders: [InodeKey: FolderRecord] = [:]
+        /// Folders made through the mount none of whose names became durable since: their
+        /// records need no descriptor and save nothing.
+        var madeFolders: Set<InodeKey> = []
         var links = 0
         var cleanCount = 0
         /// Descriptors the records hold.
@@ -266,10 +273,19 @@ final class PowerLoss: @unchecked Sendable {
         return copied
     }
 
+    /// The folder `name` of `folderFD` was just made (`mkdir`): nothing in it is durable.
+    func madeFolder(in folderFD: Int32, _ name: UnsafePointer<CChar>) {
+        var info = stat()
+        guard fstatat(folderFD, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return }
+        state.withLock { _ = $0.madeFolders.insert(InodeKey(info)) }
+    }
+
     /// Before the name `name` of the folder `folderKey` (reachable at `folderFD`) changes.
     func naming(_ folderKey: InodeKey, folderFD: Int32, _ name: [UInt8]) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
-            if state.folders[folderKey] == nil {
+            if state.folders[folderKey] == nil, state.madeFolders.contains(folderKey) {
+                state.folders[folderKey] = FolderRecord(fd: -1)
+            } else if state.folders[folderKey] == nil {
                 try roomForDescriptor(&state)
                 let fd = clinux_reopen(folderFD, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { throw Errno.current }
@@ -280,6 +296,11 @@ final class PowerLoss: @unchecked Sendable {
             guard var record = state.folders.removeValue(forKey: folderKey) else { return }
             defer { state.folders[folderKey] = record }
             guard record.names[name] == nil else { return }
+            // Nothing there to put back: the cut empties the folder whole.
+            guard record.fd >= 0 else {
+                record.names[name] = .absent
+                return
+            }
             var info = stat()
             if withCName(name, { fstatat(folderFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) != 0 {
                 guard errno == ENOENT else { throw Errno.current }
@@ -302,11 +323,20 @@ final class PowerLoss: @unchecked Sendable {
     }
 
     /// A rename from one folder to another: one change, durable in both with either's sync.
-    func joined(_ first: InodeKey, _ second: InodeKey) {
-        guard first != second else { return }
-        state.withLock { state in
-            state.folders[first]?.partners.insert(second)
+    /// Returns whether they were not joined before, for `parted`.
+    func joined(_ first: InodeKey, _ second: InodeKey) -> Bool {
+        guard first != second else { return false }
+        return state.withLock { state in
             state.folders[second]?.partners.insert(first)
+            return state.folders[first]?.partners.insert(second).inserted ?? false
+        }
+    }
+
+    /// Undoes `joined` for a rename that failed.
+    func parted(_ first: InodeKey, _ second: InodeKey) {
+        state.withLock { state in
+            state.folders[first]?.partners.remove(second)
+            state.folders[second]?.partners.remove(first)
         }
     }
 
@@ -390,6 +420,7 @@ final class PowerLoss: @unchecked Sendable {
         var pending = keys
         var freed: [InodeKey] = []
         while let next = pending.popLast() {
+            state.madeFolders.remove(next)
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
             for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
@@ -402,7 +433,7 @@ final class PowerLoss: @unchecked Sendable {
     /// Lets go of what `record` holds; returns the files whose last link was the journal's.
     @discardableResult
     private func release(_ record: FolderRecord) -> [InodeKey] {
-        close(record.fd)
+        if record.fd >= 0 { close(record.fd) }
         record.ordered.values.forEach { close($0) }
         var freed: [InodeKey] = []
         for durable in record.names.values {
@@ -485,7 +516,7 @@ final class PowerLoss: @unchecked Sendable {
             //    its owner (a daemon that is not root) write in it.
             var remade: [InodeKey: (fd: Int32, mode: mode_t)] = [:]
             defer { remade.values.forEach { _ = clinux_fchmod_path_fd($0.fd, $0.mode); close($0.fd) } }
-            var pending = Array(state.folders)
+            var pending = Array(state.folders.filter { $0.value.fd >= 0 })
             var progress = true
             while progress, !pending.isEmpty {
                 progress = false
@@ -504,6 +535,23 @@ final class PowerLoss: @unchecked Sendable {
             // The names are back: the folders' records let go of their descriptors, which the
             // walk below needs.
             for record in state.folders.values { release(record) }
+            // 2b. The folders made since and changed, found by a walk, emptied: nothing in
+            //     them is durable. Durable folders moved into them were moved aside in 1.
+            let made = Set(state.folders.filter { $0.value.fd < 0 }.keys)
+            if !made.isEmpty {
+                Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
+                    let key = InodeKey(info)
+                    guard info.st_mode & S_IFMT == S_IFDIR, made.contains(key) else { return }
+                    let fd = withCName(name) { openat(folderFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                    guard fd >= 0 else { return }
+                    defer { close(fd) }
+                    let names = ((try? Directory.entries(of: fd)) ?? []).map(\.name)
+                    guard !names.isEmpty else { return }
+                    removeContents(of: fd)   // before the walk enters it: it finds it empty
+                    report.names += names.count
+                    changed.append(.names(folder: key, names))
+                }
+            }
             // 3. Each file's data as it was durable, wherever its names are now.
             var unplaced = Set<InodeKey>()
             for (key, record) in state.files where !record.clean {
@@ -645,16 +693,24 @@ extension FileSystem {
     func trackingNames<R>(_ folder: Inode, _ name: [UInt8], _ other: (Inode, [UInt8])? = nil,
                           _ extra: () throws(Errno) -> Void = {}, _ body: () throws(Errno) -> R) throws(Errno) -> R {
         guard let powerLoss else { return try body() }
+        var joined = false
         return try powerLoss.change({ () throws(Errno) in
             try recording { () throws(Errno) in
                 try inodes.withDescriptor(folder) { fd throws(Errno) in try powerLoss.naming(folder.key, folderFD: fd, name) }
                 if let (otherFolder, otherName) = other {
                     try inodes.withDescriptor(otherFolder) { fd throws(Errno) in try powerLoss.naming(otherFolder.key, folderFD: fd, otherName) }
-                    powerLoss.joined(folder.key, otherFolder.key)
                 }
             }
             try extra()
-        }, body)
+            // Joined once nothing can refuse the rename, and parted if it fails: a rename that
+            // never happened must not make one folder's names durable with the other's sync.
+            if let (otherFolder, _) = other { joined = powerLoss.joined(folder.key, otherFolder.key) }
+        }, { () throws(Errno) -> R in
+            do throws(Errno) { return try body() } catch {
+                if joined, let (otherFolder, _) = other { powerLoss.parted(folder.key, otherFolder.key) }
+                throw error
+            }
+        })
     }
 
     /// Runs `body`, which makes `change` to the data of `node` (open at `fd`, if given),
