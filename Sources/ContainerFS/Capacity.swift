@@ -577,6 +577,19 @@ extension FileSystem {
         return found == 0 ? info : nil
     }
 
+    /// The node `ino`, held as an open file while the table kept it (`rename`), goes with
+    /// the `bytes` it has: as at a last close, counted and freed when it has no name left
+    /// and no program holds it open.
+    func releaseHeld(_ ino: fuse_ino_t, _ key: InodeKey, _ bytes: Int64) {
+        space.serialized(ino) { counted in
+            let (last, unlinked) = space.closed(key)
+            guard last else { return }
+            space.catchUp(&counted, key, bytes)
+            counted[key] = nil
+            if unlinked { space.settle(reserved: bytes, actual: 0) }
+        }
+    }
+
     /// After a node lost the name `nodeBeforeRemoval` described.
     @inline(__always)
     func countRemoved(_ info: stat?) {

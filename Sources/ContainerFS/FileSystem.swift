@@ -109,7 +109,10 @@ final class FileSystem: @unchecked Sendable {
     }
 
     func forget(_ ino: fuse_ino_t, _ count: UInt64) {
-        inodes.forget(ino, count)
+        guard let (key, released, held) = inodes.forget(ino, count) else { return }
+        // Counted free before the close frees it: its inode number may come back at once.
+        if held { countingChange { releaseHeld(ino, key, released.freedBytes) } }
+        released.close()
     }
 
     /// An open file of `ino` was closed (or its open not delivered).
@@ -348,6 +351,10 @@ final class FileSystem: @unchecked Sendable {
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
         let replaced = exchange ? nil : removing(to, newName, toName, replacing: true)
+        // The table may keep it until the kernel forgets it (InodeTable.removed): with a
+        // capacity it is held as an open file is, its blocks counted as long as they are kept.
+        let held = replaced.flatMap { space.isActive && inodes.holdReplaced($0) ? $0 : nil }
+        if let held { space.opened(held.key) }
         // A new name in the target folder may grow it: refused when the container is full.
         // An exchange reuses both names, but either folder may still change: both counted.
         func renamed() throws(Errno) {
@@ -355,15 +362,27 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
-            if exchange {
-                try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
-            } else {
-                let replacing = nodeBeforeRemoval(to, newName) != nil
-                try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
+        do {
+            try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
+                if exchange {
+                    try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
+                } else {
+                    let replacing = nodeBeforeRemoval(to, newName) != nil
+                    try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
+                }
             }
+        } catch {
+            if let held {
+                inodes.unholdReplaced(held)
+                _ = space.closed(held.key)
+            }
+            throw error
         }
         let released = replaced.map { inodes.removed($0, replaced: true) } ?? InodeTable.Released()
+        if let held, !inodes.keeps(held) {
+            inodes.unholdReplaced(held)
+            releaseHeld(inodes.ino(held), held.key, released.freedBytes)
+        }
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
         return released

@@ -46,6 +46,8 @@ final class Inode: @unchecked Sendable {
     /// Its last name went to a rename that replaced it: the descriptor stays until the
     /// kernel forgets the node (`InodeTable.removed`).
     var replaced = false
+    /// Counted by the capacity as an open file while kept (`InodeTable.holdReplaced`).
+    var heldAsOpen = false
     /// Still in the table; a node the kernel forgot closes its descriptor when unused.
     var inTable = true
     /// Its file handle (`name_to_handle_at`), taken when first evicted by a root daemon.
@@ -270,25 +272,48 @@ final class InodeTable: @unchecked Sendable {
 
     /// Drops `count` of the kernel's references to `ino`; the node goes when none are left
     /// and no known node sits below it.
-    func forget(_ ino: fuse_ino_t, _ count: UInt64) {
-        guard ino != FUSE_ROOT_ID, let node = slots[ino] else { return }
+    /// Returns what a node a rename replaced, kept until now, lets go of, for the caller
+    /// to close, and whether the capacity held it as an open file.
+    func forget(_ ino: fuse_ino_t, _ count: UInt64) -> (key: InodeKey, released: Released, held: Bool)? {
+        guard ino != FUSE_ROOT_ID, let node = slots[ino] else { return nil }
         var spare: [Int32] = []
         // Released after the lock, so that descriptors are closed outside it.
-        let kept = state.withLock { s -> Int32 in
+        let (kept, held) = state.withLock { s -> (Int32, Bool) in
             node.lookups -= min(count, node.lookups)
             // A node a rename replaced, kept for the opens racing it (`removed`): its close
             // frees its blocks, which the closer's thread waits for, not this one.
             let kept = node.unlinked && node.lookups == 0 && node.users == 0 && node.openFiles == 0 && node.firstChild == nil
                 ? dropDescriptor(node, &s) : -1
+            defer { node.heldAsOpen = false }
             _ = retireIfUnused(node, &s, &spare)
-            return kept
+            return (kept, node.heldAsOpen)
         }
         closeAll(spare)
-        if kept >= 0 {
-            var info = stat()
-            let bytes = fstat(kept, &info) == 0 ? UInt64(clamping: info.st_blocks) &* 512 : 0
-            Released(descriptor: kept, backingID: takeBacking(node), bytes: bytes).close()
+        guard kept >= 0 else { return nil }
+        var info = stat()
+        let bytes = fstat(kept, &info) == 0 ? UInt64(clamping: info.st_blocks) &* 512 : 0
+        return (node.key, Released(descriptor: kept, backingID: takeBacking(node), bytes: bytes), held)
+    }
+
+    /// Whether `node`, which a rename replaced, is kept until the kernel forgets it.
+    func keeps(_ node: Inode) -> Bool {
+        state.withLock { _ in node.replaced && node.inTable && node.descriptor >= 0 }
+    }
+
+    /// Marks `node`, about to be replaced by a rename, as held by the capacity as an open
+    /// file while the table keeps it; false when it will not be kept (not pinned) or is
+    /// held already (two renames over it at once).
+    func holdReplaced(_ node: Inode) -> Bool {
+        state.withLock { _ in
+            guard node.pinned, !node.heldAsOpen else { return false }
+            node.heldAsOpen = true
+            return true
         }
+    }
+
+    /// Undoes `holdReplaced`: the rename failed, or the node is not kept after all.
+    func unholdReplaced(_ node: Inode) {
+        state.withLock { _ in node.heldAsOpen = false }
     }
 
     /// Removes `node` and then each ancestor left with no reference and no child.
@@ -617,6 +642,9 @@ final class InodeTable: @unchecked Sendable {
         fileprivate var descriptor: Int32 = -1
         fileprivate var backingID: Int32 = 0
         fileprivate var bytes: UInt64 = 0   // what the close frees
+
+        /// The blocks the removed node had, which its close frees.
+        var freedBytes: Int64 { Int64(clamping: bytes) }
 
         func close() {
             guard descriptor >= 0 || backingID > 0, !cfuse_close_later(descriptor, backingID, bytes) else { return }
