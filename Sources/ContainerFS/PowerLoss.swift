@@ -54,9 +54,15 @@ final class PowerLoss: @unchecked Sendable {
         /// most often), which needs no bytes saved: the cut finds it by a walk of the store,
         /// so that a program making thousands of files between two syncs (`tar x`) does
         /// not run the daemon out of descriptors. Without a descriptor the inode number
-        /// may be freed and taken again, but only by a new file: nothing durable either.
+        /// may be freed and taken again: `born` tells the file from the one taking it.
         var node: Int32
         var durableSize: Int64
+        /// A record without a descriptor: the file's birth time (nil if the file system keeps
+        /// none). Its number is free once the file is removed, and a file that arrives behind
+        /// the mount (`share put`, `deliver`) takes it at once (ext4 gives a folder's next file
+        /// the lowest free number): the cut's walk must not empty that one, whose data was
+        /// never the program's to change.
+        var born: Birth? = nil
         /// The durable bytes saved, by their offsets in the file…
         var saved = ByteRanges()
         /// …and where each piece of them is in the journal's saved-bytes file.
@@ -64,6 +70,20 @@ final class PowerLoss: @unchecked Sendable {
         /// Synced, nothing changed since: kept open for the file's next change (a database
         /// written and synced in turns), up to `cleanKept` such records.
         var clean = false
+    }
+
+    /// A file's birth time: with its number, which file it is (numbers are taken again).
+    fileprivate struct Birth: Equatable {
+        var seconds: Int64
+        var nanoseconds: UInt32
+
+        /// The birth time of `name` in `folderFD`, or of the node `folderFD` itself with no
+        /// name; nil when the file system keeps none, or the node is gone.
+        static func of(_ folderFD: Int32, _ name: [UInt8]? = nil) -> Birth? {
+            var birth = Birth(seconds: 0, nanoseconds: 0)
+            let result = withCName(name ?? []) { clinux_birth_time(folderFD, $0, name == nil ? clinux_AT_EMPTY_PATH : AT_SYMLINK_NOFOLLOW, &birth.seconds, &birth.nanoseconds) }
+            return result == 0 ? birth : nil
+        }
     }
 
     fileprivate struct SavedPiece {
@@ -188,7 +208,7 @@ final class PowerLoss: @unchecked Sendable {
             var record: FileRecord
             // Taken out while it changes: a copy left in the table would make each change
             // copy all its saved ranges and pieces (quadratic in the writes between syncs).
-            if let existing = state.files.removeValue(forKey: key) { record = existing } else { record = try startRecord(fd, &state) }
+            if let existing = state.files.removeValue(forKey: key), !Self.isStale(existing, fd) { record = existing } else { record = try startRecord(fd, &state) }
             defer { state.files[key] = record }
             if record.clean {
                 record.clean = false
@@ -210,10 +230,17 @@ final class PowerLoss: @unchecked Sendable {
         }
     }
 
+    /// Whether `record`, one without a descriptor, is of a file removed since, whose number
+    /// the file open at `fd` took: a new file, whose record starts afresh.
+    private static func isStale(_ record: FileRecord, _ fd: Int32) -> Bool {
+        guard record.node < 0, let born = record.born else { return false }
+        return Birth.of(fd) != born
+    }
+
     private func startRecord(_ fd: Int32, _ state: inout State) throws(Errno) -> FileRecord {
         var info = stat()
         try sys { fstat(fd, &info) }
-        if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0) }
+        if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0, born: Birth.of(fd)) }
         try roomForDescriptor(&state)
         var node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         if node < 0, errno == EMFILE || errno == ENFILE {
@@ -507,10 +534,10 @@ final class PowerLoss: @unchecked Sendable {
             // walk below needs.
             for record in state.folders.values { release(record) }
             // 3. Each file's data as it was durable, wherever its names are now.
-            var unplaced = Set<InodeKey>()
+            var unplaced: [InodeKey: Birth?] = [:]
             for (key, record) in state.files where !record.clean {
                 guard record.node >= 0 else {
-                    unplaced.insert(key)
+                    unplaced[key] = record.born
                     continue
                 }
                 var info = stat()
@@ -540,7 +567,9 @@ final class PowerLoss: @unchecked Sendable {
             if !unplaced.isEmpty {
                 Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
                     let key = InodeKey(info)
-                    guard info.st_mode & S_IFMT == S_IFREG, unplaced.remove(key) != nil else { return }
+                    guard info.st_mode & S_IFMT == S_IFREG, let born = unplaced.removeValue(forKey: key) else { return }
+                    // Another file with the number of one removed: not the program's to empty.
+                    if let born, Birth.of(folderFD, name) != born { return }
                     changed.append(.data(key))
                     guard info.st_size > 0 else { return }
                     let node = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }

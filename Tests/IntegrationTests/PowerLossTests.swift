@@ -315,6 +315,40 @@ struct PowerLossTests {
         }
     }
 
+    /// A file made and written through the mount and removed before its folder's sync has a
+    /// record with no descriptor (nothing durable), which the cut's walk finds by number. A
+    /// file that arrives behind the mount (`share put`, `deliver`, an update) takes that
+    /// number as soon as it is free (ext4 gives a folder's next file the lowest free one):
+    /// the cut must leave it alone, not empty a file the program could never write. Before
+    /// the records kept the file's birth time, the root daemon emptied it.
+    @Test func aFileArrivingBehindTheMountWithTheNumberOfARemovedNewFileKeepsItsData() throws {
+        try withMountedContainer(options: ["power-loss"]) { container in
+            let result = try Self.python("""
+                store = \(String(reflecting: container.stored("Documents")))
+                save('scratch', 'never durable')
+                print(os.stat(store + '/scratch').st_ino)
+                os.unlink('scratch')
+                """, in: container)
+            let number = try #require(UInt(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+            // The number is free once the daemon let go of the file (the kernel's forget).
+            var taken: String?
+            let deadline = Date().addingTimeInterval(20)
+            for index in 0..<100_000 where taken == nil && Date() < deadline {
+                if index > 0, index % 16 == 0 { usleep(50_000) }
+                let path = container.stored("Documents/arrived\(index)")
+                let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+                try #require(fd >= 0)
+                #expect(write(fd, "put by share", 12) == 12)
+                close(fd)
+                var info = stat()
+                if lstat(path, &info) == 0, UInt(info.st_ino) == number { taken = "arrived\(index)" }
+            }
+            let name = try #require(taken, "no file made behind the mount took number \(number)")
+            _ = try Self.cut(container)
+            #expect(Self.stored(container, name) == "put by share")
+        }
+    }
+
     /// A seeded random program against a model of what a power failure must leave:
     /// `python3 PROGRAM SEED OPERATIONS MODEL EXPECTED` writes, truncates, punches and zeroes
     /// (fallocate), copies (copy_file_range), rewrites with `O_TRUNC` and `O_SYNC`, links,
