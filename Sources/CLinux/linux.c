@@ -14,6 +14,8 @@
 const int clinux_O_PATH = O_PATH;
 const int clinux_O_DIRECT = O_DIRECT;
 const int clinux_O_TMPFILE = O_TMPFILE;
+const int clinux_SEEK_DATA = SEEK_DATA;
+const int clinux_SEEK_HOLE = SEEK_HOLE;
 const int clinux_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const unsigned clinux_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const unsigned clinux_RENAME_EXCHANGE = RENAME_EXCHANGE;

@@ -275,9 +275,44 @@ final class PowerLoss: @unchecked Sendable {
         return try body(reader)
     }
 
-    /// Copies `range` of `source` to `target` from offset `at`; returns the bytes copied,
-    /// fewer if the file is shorter.
-    private static func copy(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64) throws(Errno) -> Int64 {
+    /// Copies `range` of `source` to `target` from offset `at`; returns the bytes of the
+    /// range the source holds (fewer if it is shorter). Only the source's data is read and
+    /// written, found by `SEEK_DATA`/`SEEK_HOLE`: a durable sparse file of a terabyte takes no
+    /// room, and its holes read as bytes would fill the store's disk with zeros, out of any
+    /// capacity. They stay holes in `target`, which is fresh there when saving (and made
+    /// long enough to hold the piece); when putting back (`punching`), they are punched in
+    /// `target` over whatever was written there since.
+    private static func copy(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64,
+                             punching: Bool = false) throws(Errno) -> Int64 {
+        var info = stat()
+        try sys { fstat(source, &info) }
+        let end = min(range.upperBound, Int64(info.st_size))
+        guard end > range.lowerBound else { return 0 }
+        let shift = at - range.lowerBound   // from an offset of `source` to one of `target`
+        var position = range.lowerBound
+        while position < end {
+            // The next data and the hole after it; a file system without SEEK_DATA: all data.
+            let data = lseek(source, off_t(position), clinux_SEEK_DATA)
+            let dataStart = data >= 0 ? min(end, Int64(data)) : errno == ENXIO ? end : position
+            if dataStart > position, punching { try zero(target, position + shift ..< dataStart + shift) }
+            guard dataStart < end else { break }
+            let hole = lseek(source, off_t(dataStart), clinux_SEEK_HOLE)
+            let dataEnd = hole > dataStart ? min(end, Int64(hole)) : end
+            let copied = try copyBytes(from: source, dataStart ..< dataEnd, to: target, at: dataStart + shift)
+            if copied < dataEnd - dataStart { return dataStart + copied - range.lowerBound }   // shorter since
+            position = dataEnd
+        }
+        if !punching {
+            var saved = stat()
+            try sys { fstat(target, &saved) }
+            if Int64(saved.st_size) < end + shift { try sys { ftruncate(target, off_t(end + shift)) } }
+        }
+        return end - range.lowerBound
+    }
+
+    /// Copies the bytes `range` of `source` to `target` at `at`; returns how many, fewer if
+    /// the file is shorter.
+    private static func copyBytes(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64) throws(Errno) -> Int64 {
         var buffer = [UInt8](repeating: 0, count: Int(min(1 << 20, range.upperBound - range.lowerBound)))
         var copied: Int64 = 0
         while copied < range.upperBound - range.lowerBound {
@@ -291,6 +326,17 @@ final class PowerLoss: @unchecked Sendable {
             copied += Int64(count)
         }
         return copied
+    }
+
+    /// Makes `range` of `target` read as zeros: a hole punched, else zeros written.
+    private static func zero(_ target: Int32, _ range: Range<Int64>) throws(Errno) {
+        if clinux_fallocate(target, punchHole, off_t(range.lowerBound), off_t(range.upperBound - range.lowerBound)) == 0 { return }
+        let zeros = [UInt8](repeating: 0, count: Int(min(1 << 20, range.upperBound - range.lowerBound)))
+        var done: Int64 = 0
+        while done < range.upperBound - range.lowerBound {
+            let count = Int(min(Int64(zeros.count), range.upperBound - range.lowerBound - done))
+            done += Int64(try sys { zeros.withUnsafeBytes { pwrite(target, $0.baseAddress, count, off_t(range.lowerBound + done)) } })
+        }
     }
 
     /// Before the name `name` of the folder `folderKey` (reachable at `folderFD`) changes.
@@ -547,7 +593,8 @@ final class PowerLoss: @unchecked Sendable {
                 var restored = true
                 for piece in record.pieces {
                     let count = piece.range.upperBound - piece.range.lowerBound
-                    if (try? Self.copy(from: savedBytesFD, piece.at ..< piece.at + count, to: writer, at: piece.range.lowerBound)) != count {
+                    if (try? Self.copy(from: savedBytesFD, piece.at ..< piece.at + count, to: writer, at: piece.range.lowerBound,
+                                       punching: true)) != count {
                         restored = false
                     }
                 }

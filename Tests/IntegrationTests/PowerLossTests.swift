@@ -349,6 +349,44 @@ struct PowerLossTests {
         }
     }
 
+    /// A durable sparse file (1 GiB, two blocks) truncated and rewritten: the daemon saves
+    /// the durable bytes the change alters, and read holes as bytes, so it wrote a GiB of
+    /// zeros into the journal, on the store's disk, outside any capacity: a confined program
+    /// filled its host's disk (here a 64 MiB tmpfs, ENOSPC) with files that take no room.
+    /// The copy keeps the holes, and the cut puts back the file as it was, holes and all.
+    @Test func aSparseDurableFileIsSavedWithItsHolesNotFillingTheDisk() throws {
+        let container = try MountedContainer(tmpfs: "64m")
+        defer { container.unmount() }
+        try container.mount(options: ["power-loss"])
+        try Self.python("""
+            with open('sparse', 'wb') as f:
+                f.write(b'head')
+                f.seek(1 << 30)
+                f.write(b'tail')
+            sync('sparse'); sync('.')
+            with open('sparse', 'wb') as f: f.write(b'new')
+            with open('sparse', 'r+b') as f:
+                f.seek((1 << 29) - 2)
+                f.write(b'middle')
+            """, in: container)
+        var disk = statvfs()
+        #expect(statvfs(container.stored("."), &disk) == 0)
+        let used = Int64(disk.f_blocks - disk.f_bfree) * Int64(disk.f_frsize)
+        #expect(used < 8 << 20, "the journal takes \(used) bytes of the disk")
+        _ = try Self.cut(container)
+        var info = stat()
+        #expect(lstat(container.stored("Documents/sparse"), &info) == 0)
+        #expect(info.st_size == (1 << 30) + 4)
+        #expect(Int64(info.st_blocks) * 512 < 1 << 20, "the file put back takes \(info.st_blocks) blocks")
+        let file = try FileHandle(forReadingFrom: URL(fileURLWithPath: container.stored("Documents/sparse")))
+        defer { try? file.close() }
+        #expect(try file.read(upToCount: 4) == Data("head".utf8))
+        try file.seek(toOffset: (1 << 29) - 2)
+        #expect(try file.read(upToCount: 6) == Data(count: 6))
+        try file.seek(toOffset: 1 << 30)
+        #expect(try file.read(upToCount: 4) == Data("tail".utf8))
+    }
+
     /// A seeded random program against a model of what a power failure must leave:
     /// `python3 PROGRAM SEED OPERATIONS MODEL EXPECTED` writes, truncates, punches and zeroes
     /// (fallocate), copies (copy_file_range), rewrites with `O_TRUNC` and `O_SYNC`, links,

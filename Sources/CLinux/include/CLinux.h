@@ -13,6 +13,9 @@
 extern const int clinux_O_PATH;
 extern const int clinux_O_DIRECT;
 extern const int clinux_O_TMPFILE;
+/// lseek(2) whences for the next data and the next hole (a stable ABI, under _GNU_SOURCE).
+extern const int clinux_SEEK_DATA;
+extern const int clinux_SEEK_HOLE;
 extern const int clinux_AT_EMPTY_PATH;
 extern const unsigned clinux_RENAME_NOREPLACE;
 extern const unsigned clinux_RENAME_EXCHANGE;
