@@ -288,6 +288,8 @@ final class PowerLoss: @unchecked Sendable {
         try sys { fstat(source, &info) }
         let end = min(range.upperBound, Int64(info.st_size))
         guard end > range.lowerBound else { return 0 }
+        // Past what an offset holds (files of 2^63 - 1 bytes on a tmpfs): refused, not a trap.
+        guard !at.addingReportingOverflow(end - range.lowerBound).overflow else { throw Errno(EFBIG) }
         let shift = at - range.lowerBound   // from an offset of `source` to one of `target`
         var position = range.lowerBound
         while position < end {
@@ -601,11 +603,13 @@ final class PowerLoss: @unchecked Sendable {
                 if ftruncate(writer, off_t(record.durableSize)) != 0 { restored = false }
                 close(writer)
                 if !restored { report.untracked += 1 }
-                let putBack = record.pieces.reduce(Int64(0)) { $0 + ($1.range.upperBound - $1.range.lowerBound) }
+                // Saturated: files as long as the file system allows (2^63 - 1 on a tmpfs)
+                // add up past an Int64, and a trap here would leave the cut half done.
+                let putBack = record.pieces.reduce(Int64(0)) { $0.addingSaturated($1.range.upperBound - $1.range.lowerBound) }
                 let grown = max(0, Int64(info.st_size) - record.durableSize)
                 if putBack > 0 || Int64(info.st_size) != record.durableSize {
                     report.files += 1
-                    report.bytes += putBack + grown
+                    report.bytes = report.bytes.addingSaturated(putBack.addingSaturated(grown))
                 }
                 changed.append(.data(key))
             }
@@ -626,7 +630,7 @@ final class PowerLoss: @unchecked Sendable {
                     if ftruncate(writer, 0) != 0 { report.untracked += 1 }
                     close(writer)
                     report.files += 1
-                    report.bytes += Int64(info.st_size)
+                    report.bytes = report.bytes.addingSaturated(Int64(info.st_size))
                 }
             }
             state = State()

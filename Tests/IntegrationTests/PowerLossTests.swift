@@ -387,6 +387,45 @@ struct PowerLossTests {
         #expect(try file.read(upToCount: 4) == Data("tail".utf8))
     }
 
+    /// Files made as long as the store's file system allows (a tmpfs: 2^63 - 1 bytes, no
+    /// blocks) add up past what an Int64 holds: the cut's report summed the bytes it
+    /// dropped with a trapping `+`, and the root daemon died halfway through the cut, one
+    /// file emptied and the other not, the mount gone ("did not confirm the power cut").
+    @Test func theCutOfFilesAsLongAsTheFileSystemAllowsCompletes() throws {
+        let container = try MountedContainer(tmpfs: "16m")
+        defer { container.unmount() }
+        try container.mount(options: ["power-loss"])
+        let refused = try Self.python("""
+            for name in ['a', 'b', 'c']: save(name, 'durable' if name == 'c' else '')
+            for name in ['a', 'b', 'c', '.']: sync(name)
+            for name in ['a', 'b', 'c']: os.truncate(name, (1 << 63) - 1)
+            # Two durable files of that length rewritten: their saved copies (holes) would
+            # end past 2^63 - 1; the second is refused.
+            for name in ['d', 'e']:
+                save(name, '')
+                os.truncate(name, (1 << 63) - 1)
+                with open(name, 'r+b') as f:
+                    f.seek(1 << 20)
+                    f.write(b'durable')
+                sync(name)
+            sync('.')
+            os.truncate('d', 0)
+            try:
+                os.truncate('e', 0)
+                print('e truncated')
+            except OSError as error:
+                print('e:', os.strerror(error.errno))
+            """, in: container)
+        #expect(refused.stdout == "e: Input/output error\n")
+        let report = try Self.cut(container)
+        #expect(report.hasPrefix("power cut: dropped 4 files (9223372036854775807 bytes)"), "\(report)")
+        #expect(Self.stored(container, "a") == "")
+        #expect(Self.stored(container, "b") == "")
+        #expect(Self.stored(container, "c") == "durable")
+        var info = stat()
+        #expect(lstat(container.stored("Documents/d"), &info) == 0 && info.st_size == Int.max)
+    }
+
     /// A seeded random program against a model of what a power failure must leave:
     /// `python3 PROGRAM SEED OPERATIONS MODEL EXPECTED` writes, truncates, punches and zeroes
     /// (fallocate), copies (copy_file_range), rewrites with `O_TRUNC` and `O_SYNC`, links,
