@@ -14,6 +14,8 @@
 const int clinux_O_PATH = O_PATH;
 const int clinux_O_DIRECT = O_DIRECT;
 const int clinux_O_TMPFILE = O_TMPFILE;
+const int clinux_SEEK_DATA = SEEK_DATA;
+const int clinux_SEEK_HOLE = SEEK_HOLE;
 const int clinux_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const unsigned clinux_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const unsigned clinux_RENAME_EXCHANGE = RENAME_EXCHANGE;
@@ -60,6 +62,15 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 
 int clinux_fchmod_path_fd(int fd, mode_t mode) {
     return (int)syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH);
+}
+
+int clinux_birth_time(int dirfd, const char *name, int flags, int64_t *seconds, uint32_t *nanoseconds) {
+    struct statx info;
+    if (statx(dirfd, name, flags | AT_STATX_SYNC_AS_STAT, STATX_BTIME, &info) != 0) return -1;
+    if (!(info.stx_mask & STATX_BTIME)) return 1;
+    *seconds = info.stx_btime.tv_sec;
+    *nanoseconds = info.stx_btime.tv_nsec;
+    return 0;
 }
 
 int clinux_setfsuid(uid_t uid) { return setfsuid(uid); }

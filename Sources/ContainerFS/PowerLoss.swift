@@ -54,9 +54,15 @@ final class PowerLoss: @unchecked Sendable {
         /// most often), which needs no bytes saved: the cut finds it by a walk of the store,
         /// so that a program making thousands of files between two syncs (`tar x`) does
         /// not run the daemon out of descriptors. Without a descriptor the inode number
-        /// may be freed and taken again, but only by a new file: nothing durable either.
+        /// may be freed and taken again: `born` tells the file from the one taking it.
         var node: Int32
         var durableSize: Int64
+        /// A record without a descriptor: the file's birth time (nil if the file system keeps
+        /// none). Its number is free once the file is removed, and a file that arrives behind
+        /// the mount (`share put`, `deliver`) takes it at once (ext4 gives a folder's next file
+        /// the lowest free number): the cut's walk must not empty that one, whose data was
+        /// never the program's to change.
+        var born: Birth? = nil
         /// The durable bytes saved, by their offsets in the file…
         var saved = ByteRanges()
         /// …and where each piece of them is in the journal's saved-bytes file.
@@ -64,6 +70,20 @@ final class PowerLoss: @unchecked Sendable {
         /// Synced, nothing changed since: kept open for the file's next change (a database
         /// written and synced in turns), up to `cleanKept` such records.
         var clean = false
+    }
+
+    /// A file's birth time: with its number, which file it is (numbers are taken again).
+    fileprivate struct Birth: Equatable {
+        var seconds: Int64
+        var nanoseconds: UInt32
+
+        /// The birth time of `name` in `folderFD`, or of the node `folderFD` itself with no
+        /// name; nil when the file system keeps none, or the node is gone.
+        static func of(_ folderFD: Int32, _ name: [UInt8]? = nil) -> Birth? {
+            var birth = Birth(seconds: 0, nanoseconds: 0)
+            let result = withCName(name ?? []) { clinux_birth_time(folderFD, $0, name == nil ? clinux_AT_EMPTY_PATH : AT_SYMLINK_NOFOLLOW, &birth.seconds, &birth.nanoseconds) }
+            return result == 0 ? birth : nil
+        }
     }
 
     fileprivate struct SavedPiece {
@@ -195,7 +215,7 @@ final class PowerLoss: @unchecked Sendable {
             var record: FileRecord
             // Taken out while it changes: a copy left in the table would make each change
             // copy all its saved ranges and pieces (quadratic in the writes between syncs).
-            if let existing = state.files.removeValue(forKey: key) { record = existing } else { record = try startRecord(fd, &state) }
+            if let existing = state.files.removeValue(forKey: key), !Self.isStale(existing, fd) { record = existing } else { record = try startRecord(fd, &state) }
             defer { state.files[key] = record }
             if record.clean {
                 record.clean = false
@@ -217,10 +237,17 @@ final class PowerLoss: @unchecked Sendable {
         }
     }
 
+    /// Whether `record`, one without a descriptor, is of a file removed since, whose number
+    /// the file open at `fd` took: a new file, whose record starts afresh.
+    private static func isStale(_ record: FileRecord, _ fd: Int32) -> Bool {
+        guard record.node < 0, let born = record.born else { return false }
+        return Birth.of(fd) != born
+    }
+
     private func startRecord(_ fd: Int32, _ state: inout State) throws(Errno) -> FileRecord {
         var info = stat()
         try sys { fstat(fd, &info) }
-        if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0) }
+        if info.st_size == 0 { return FileRecord(node: -1, durableSize: 0, born: Birth.of(fd)) }
         try roomForDescriptor(&state)
         var node = clinux_reopen(fd, clinux_O_PATH | O_CLOEXEC)
         if node < 0, errno == EMFILE || errno == ENFILE {
@@ -255,9 +282,46 @@ final class PowerLoss: @unchecked Sendable {
         return try body(reader)
     }
 
-    /// Copies `range` of `source` to `target` from offset `at`; returns the bytes copied,
-    /// fewer if the file is shorter.
-    private static func copy(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64) throws(Errno) -> Int64 {
+    /// Copies `range` of `source` to `target` from offset `at`; returns the bytes of the
+    /// range the source holds (fewer if it is shorter). Only the source's data is read and
+    /// written, found by `SEEK_DATA`/`SEEK_HOLE`: a durable sparse file of a terabyte takes no
+    /// room, and its holes read as bytes would fill the store's disk with zeros, out of any
+    /// capacity. They stay holes in `target`, which is fresh there when saving (and made
+    /// long enough to hold the piece); when putting back (`punching`), they are punched in
+    /// `target` over whatever was written there since.
+    private static func copy(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64,
+                             punching: Bool = false) throws(Errno) -> Int64 {
+        var info = stat()
+        try sys { fstat(source, &info) }
+        let end = min(range.upperBound, Int64(info.st_size))
+        guard end > range.lowerBound else { return 0 }
+        // Past what an offset holds (files of 2^63 - 1 bytes on a tmpfs): refused, not a trap.
+        guard !at.addingReportingOverflow(end - range.lowerBound).overflow else { throw Errno(EFBIG) }
+        let shift = at - range.lowerBound   // from an offset of `source` to one of `target`
+        var position = range.lowerBound
+        while position < end {
+            // The next data and the hole after it; a file system without SEEK_DATA: all data.
+            let data = lseek(source, off_t(position), clinux_SEEK_DATA)
+            let dataStart = data >= 0 ? min(end, Int64(data)) : errno == ENXIO ? end : position
+            if dataStart > position, punching { try zero(target, position + shift ..< dataStart + shift) }
+            guard dataStart < end else { break }
+            let hole = lseek(source, off_t(dataStart), clinux_SEEK_HOLE)
+            let dataEnd = hole > dataStart ? min(end, Int64(hole)) : end
+            let copied = try copyBytes(from: source, dataStart ..< dataEnd, to: target, at: dataStart + shift)
+            if copied < dataEnd - dataStart { return dataStart + copied - range.lowerBound }   // shorter since
+            position = dataEnd
+        }
+        if !punching {
+            var saved = stat()
+            try sys { fstat(target, &saved) }
+            if Int64(saved.st_size) < end + shift { try sys { ftruncate(target, off_t(end + shift)) } }
+        }
+        return end - range.lowerBound
+    }
+
+    /// Copies the bytes `range` of `source` to `target` at `at`; returns how many, fewer if
+    /// the file is shorter.
+    private static func copyBytes(from source: Int32, _ range: Range<Int64>, to target: Int32, at: Int64) throws(Errno) -> Int64 {
         var buffer = [UInt8](repeating: 0, count: Int(min(1 << 20, range.upperBound - range.lowerBound)))
         var copied: Int64 = 0
         while copied < range.upperBound - range.lowerBound {
@@ -271,6 +335,17 @@ final class PowerLoss: @unchecked Sendable {
             copied += Int64(count)
         }
         return copied
+    }
+
+    /// Makes `range` of `target` read as zeros: a hole punched, else zeros written.
+    private static func zero(_ target: Int32, _ range: Range<Int64>) throws(Errno) {
+        if clinux_fallocate(target, punchHole, off_t(range.lowerBound), off_t(range.upperBound - range.lowerBound)) == 0 { return }
+        let zeros = [UInt8](repeating: 0, count: Int(min(1 << 20, range.upperBound - range.lowerBound)))
+        var done: Int64 = 0
+        while done < range.upperBound - range.lowerBound {
+            let count = Int(min(Int64(zeros.count), range.upperBound - range.lowerBound - done))
+            done += Int64(try sys { zeros.withUnsafeBytes { pwrite(target, $0.baseAddress, count, off_t(range.lowerBound + done)) } })
+        }
     }
 
     /// The folder `name` of `folderFD` was just made (`mkdir`): nothing in it is durable.
@@ -553,10 +628,10 @@ final class PowerLoss: @unchecked Sendable {
                 }
             }
             // 3. Each file's data as it was durable, wherever its names are now.
-            var unplaced = Set<InodeKey>()
+            var unplaced: [InodeKey: Birth?] = [:]
             for (key, record) in state.files where !record.clean {
                 guard record.node >= 0 else {
-                    unplaced.insert(key)
+                    unplaced[key] = record.born
                     continue
                 }
                 var info = stat()
@@ -566,18 +641,21 @@ final class PowerLoss: @unchecked Sendable {
                 var restored = true
                 for piece in record.pieces {
                     let count = piece.range.upperBound - piece.range.lowerBound
-                    if (try? Self.copy(from: savedBytesFD, piece.at ..< piece.at + count, to: writer, at: piece.range.lowerBound)) != count {
+                    if (try? Self.copy(from: savedBytesFD, piece.at ..< piece.at + count, to: writer, at: piece.range.lowerBound,
+                                       punching: true)) != count {
                         restored = false
                     }
                 }
                 if ftruncate(writer, off_t(record.durableSize)) != 0 { restored = false }
                 close(writer)
                 if !restored { report.untracked += 1 }
-                let putBack = record.pieces.reduce(Int64(0)) { $0 + ($1.range.upperBound - $1.range.lowerBound) }
+                // Saturated: files as long as the file system allows (2^63 - 1 on a tmpfs)
+                // add up past an Int64, and a trap here would leave the cut half done.
+                let putBack = record.pieces.reduce(Int64(0)) { $0.addingSaturated($1.range.upperBound - $1.range.lowerBound) }
                 let grown = max(0, Int64(info.st_size) - record.durableSize)
                 if putBack > 0 || Int64(info.st_size) != record.durableSize {
                     report.files += 1
-                    report.bytes += putBack + grown
+                    report.bytes = report.bytes.addingSaturated(putBack.addingSaturated(grown))
                 }
                 changed.append(.data(key))
             }
@@ -586,7 +664,9 @@ final class PowerLoss: @unchecked Sendable {
             if !unplaced.isEmpty {
                 Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
                     let key = InodeKey(info)
-                    guard info.st_mode & S_IFMT == S_IFREG, unplaced.remove(key) != nil else { return }
+                    guard info.st_mode & S_IFMT == S_IFREG, let born = unplaced.removeValue(forKey: key) else { return }
+                    // Another file with the number of one removed: not the program's to empty.
+                    if let born, Birth.of(folderFD, name) != born { return }
                     changed.append(.data(key))
                     guard info.st_size > 0 else { return }
                     let node = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
@@ -596,7 +676,7 @@ final class PowerLoss: @unchecked Sendable {
                     if ftruncate(writer, 0) != 0 { report.untracked += 1 }
                     close(writer)
                     report.files += 1
-                    report.bytes += Int64(info.st_size)
+                    report.bytes = report.bytes.addingSaturated(Int64(info.st_size))
                 }
             }
             state = State()

@@ -59,6 +59,8 @@ struct BundleScan: Sendable {
     var cachedFiles = 0
     /// The digests worth caching: files read whole with an unchanged, settled identity.
     var cache: [FileIdentity: [UInt8]] = [:]
+    /// The files' sizes as signed, when verifying: a file of another size is not read.
+    private var signedSizes: [[UInt8]: UInt64]?
 
     /// Walks the bundle `bundleName` in the store's root `rootFD`.
     ///
@@ -66,8 +68,15 @@ struct BundleScan: Sendable {
     /// and each file through `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, so no
     /// symlink is ever followed. Files are hashed on every core, largest first; a file
     /// whose identity is in `cache` is not read.
-    static func scan(rootFD: Int32, bundleName: [UInt8], cache: [FileIdentity: [UInt8]] = [:]) -> BundleScan {
+    ///
+    /// With `signedSizes` (a verification: each file's size in the signed manifest), a file
+    /// of another size, or not in it, is a change already and is not read: the store's owner
+    /// can make a bundle file a sparse file of terabytes, which root's `mount` would
+    /// otherwise hash for hours before refusing it.
+    static func scan(rootFD: Int32, bundleName: [UInt8], cache: [FileIdentity: [UInt8]] = [:],
+                     signedSizes: [[UInt8]: UInt64]? = nil) -> BundleScan {
         var scan = BundleScan()
+        scan.signedSizes = signedSizes
         scan.cache.reserveCapacity(cache.count)
         var jobs: [HashJob] = []
         scan.walk(parentFD: rootFD, name: bundleName, path: bundleName, cache: cache, jobs: &jobs)
@@ -126,7 +135,9 @@ struct BundleScan: Sendable {
             let identity = FileIdentity(info)
             var entry = BundleEntry(path: path, kind: .file, mode: mode, size: identity.size)
             entry.links = UInt64(info.st_nlink)
-            if let digest = cache[identity] {
+            if let signedSizes, signedSizes[path] != identity.size {
+                // Not the signed size: a change, whatever the bytes; no digest.
+            } else if let digest = cache[identity] {
                 entry.digest = digest
                 self.cache[identity] = digest
                 cachedFiles += 1
@@ -210,13 +221,17 @@ struct BundleScan: Sendable {
         guard fstat(fd, &before) == 0, before.st_mode & S_IFMT == S_IFREG else { return HashResult() }
         _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
         var hasher = SHA256()
+        var read: UInt64 = 0
         while true {
-            let count = read(fd, buffer.baseAddress, buffer.count)
+            let count = Glibc.read(fd, buffer.baseAddress, buffer.count)
             if count == 0 { break }
             if count < 0 {
                 if errno == EINTR { continue }
                 return HashResult()
             }
+            // Grown past its size as walked (made huge meanwhile): changed, not read on.
+            read += UInt64(count)
+            if read > job.identity.size { return HashResult() }
             hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
         }
         var after = stat()

@@ -56,7 +56,8 @@ public enum BundleSignature {
         }
         let cacheKey = key.cacheKey
         let cache = full ? [:] : VerificationCache.read(stateFD: store.stateFD, key: cacheKey)
-        let scan = BundleScan.scan(rootFD: store.rootFD, bundleName: store.layout.bundleName, cache: cache)
+        let signedSizes = Dictionary(manifest.entries.lazy.filter { $0.kind == .file }.map { ($0.path, $0.size) }, uniquingKeysWith: { first, _ in first })
+        let scan = BundleScan.scan(rootFD: store.rootFD, bundleName: store.layout.bundleName, cache: cache, signedSizes: signedSizes)
         if scan.cache != cache { VerificationCache.write(scan.cache, stateFD: store.stateFD, key: cacheKey) }
         result.changes = manifest.changes(to: scan.entries)
         result.outsideLinks = manifest.linksLeavingTheBundle

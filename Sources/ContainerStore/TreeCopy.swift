@@ -86,8 +86,16 @@ enum TreeCopy {
         try sys { futimens(output, &times) }
     }
 
-    /// Copies all of `input` to `output`, in the kernel where it can.
+    /// Copies all of `input` to `output`, in the kernel where it can. A sparse file (fewer
+    /// blocks than its size) is copied by its data only, its holes kept, as `cp` does: read
+    /// whole, a file of a terabyte with two blocks in it (which an app makes within any
+    /// capacity) would write a terabyte of zeros onto the disk it is copied to.
     static func copyContents(from input: Int32, to output: Int32) throws(Errno) {
+        var info = stat()
+        if fstat(input, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int64(info.st_blocks) * 512 < Int64(info.st_size),
+           try copyData(from: input, to: output, size: Int64(info.st_size)) {
+            return
+        }
         while true {
             let copied = clinux_copy_file_range(input, nil, output, nil, 1 << 30, 0)
             if copied == 0 { return }
@@ -105,6 +113,55 @@ enum TreeCopy {
                 let offset = written
                 written += try sys { buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, count - offset) } }
             }
+        }
+    }
+}
+
+extension TreeCopy {
+    /// Copies the data of `input`, `size` bytes long, found by `SEEK_DATA`/`SEEK_HOLE`, to
+    /// the same offsets of the empty `output`, then gives it that size: its holes stay holes.
+    /// False, with nothing written, when the file system cannot tell where the data is.
+    static func copyData(from input: Int32, to output: Int32, size: Int64) throws(Errno) -> Bool {
+        var position: Int64 = 0
+        while position < size {
+            let data = lseek(input, off_t(position), clinux_SEEK_DATA)
+            if data < 0 {
+                if errno == ENXIO { break }   // only a hole is left
+                if position == 0, errno == EINVAL { return false }
+                throw Errno.current
+            }
+            let hole = try sys { lseek(input, data, clinux_SEEK_HOLE) }
+            let end = min(size, Int64(hole))
+            guard Int64(data) < end else { break }   // shorter than it was
+            try copyRange(from: input, to: output, Int64(data) ..< end)
+            position = end
+        }
+        try sys { ftruncate(output, off_t(size)) }
+        return true
+    }
+
+    /// Copies `range` of `input` to the same offsets of `output`, in the kernel where it can.
+    private static func copyRange(from input: Int32, to output: Int32, _ range: Range<Int64>) throws(Errno) {
+        var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
+        while Int64(inOffset) < range.upperBound {
+            let copied = clinux_copy_file_range(input, &inOffset, output, &outOffset, Int(min(range.upperBound - Int64(inOffset), 1 << 30)), 0)
+            if copied > 0 { continue }
+            if copied == 0 { return }   // the file got shorter
+            if errno == EINTR { continue }
+            guard errno == EXDEV || errno == ENOSYS || errno == EINVAL else { throw Errno.current }
+            break
+        }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while Int64(inOffset) < range.upperBound {
+            let wanted = Int(min(Int64(buffer.count), range.upperBound - Int64(inOffset)))
+            let count = try sys { buffer.withUnsafeMutableBytes { pread(input, $0.baseAddress, wanted, inOffset) } }
+            if count == 0 { return }
+            var written = 0
+            while written < count {
+                let offset = written
+                written += try sys { buffer.withUnsafeBytes { pwrite(output, $0.baseAddress! + offset, count - offset, inOffset + off_t(offset)) } }
+            }
+            inOffset += off_t(count)
         }
     }
 }

@@ -421,4 +421,36 @@ struct AttackTests {
             try probe.finish()
         }
     }
+
+    /// The control socket is in the store, which its owner can serve with the mount lock
+    /// held: a "daemon" of theirs answering root's `power-cut` with terminal escapes (here
+    /// one that sets the window title and one that clears the screen) must not get them to
+    /// root's terminal. The answer that cannot be read is shown as text, controls escaped.
+    @Test func aPowerCutAnswerFromTheStoreOwnersSocketIsShownAsText() throws {
+        let container = try MountedContainer()
+        let result = try runProgram(["/usr/bin/python3", "-c", """
+            import fcntl, os, socket, subprocess, sys, threading
+            state, binary, store = sys.argv[1:4]
+            lock = open(state + "/mount.lock", "w")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock.write(f"{os.getpid()}\\n/nowhere\\n"); lock.flush()
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            server.bind(state + "/control.sock"); server.listen(8)
+            def serve():
+                client, _ = server.accept()
+                client.recv(4096)
+                client.send(b"cut \\x1b]0;owned\\x07\\x1b[2J\\n1 2 3 4")
+            threading.Thread(target=serve, daemon=True).start()
+            done = subprocess.run([binary, "power-cut", store], capture_output=True, timeout=60)
+            sys.stdout.buffer.write(done.stderr)
+            print(done.returncode)
+            """, container.stored(".containerfs"), containerfsBinary, container.store])
+        #expect(result.status == 0, "\(result)")
+        #expect(!result.stdout.contains("\u{1B}"), "a raw escape reached root's terminal: \(result.stdout.debugDescription)")
+        // One line (the answer's newline escaped too), then the exit status.
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.count == 3 && lines[1] == "1" && lines[2] == "", "\(result.stdout.debugDescription)")
+        #expect(lines[0].hasPrefix("containerfs: the daemon of \(container.store) sent a report that cannot be read: "), "\(result.stdout.debugDescription)")
+        #expect(lines[0].contains("]0;owned"), "\(result.stdout.debugDescription)")
+    }
 }

@@ -183,6 +183,38 @@ struct ShareTests {
     /// `get` writes the host name it was given, byte for byte: a new file named with the
     /// byte 0xFF, and an existing folder so named receiving the file (before, the host path
     /// went through a String: the file appeared under U+FFFD, and the folder was not found).
+    /// A sparse file in Documents/ (1 GiB, two blocks: an app makes one within any capacity,
+    /// its store's owner at will): root's `share get` copied it byte for byte, a GiB of zeros
+    /// onto the host's disk (here a 64 MiB tmpfs: ENOSPC). The copy keeps its holes now, as
+    /// `cp` does; `put` and `deliver` copy the same way.
+    @Test func getKeepsASparseFilesHoles() throws {
+        let container = try MountedContainer(infoPlist: Self.sharingXML)
+        let made = try runProgram(["python3", "-c", """
+            import sys
+            with open(sys.argv[1], 'wb') as f:
+                f.write(b'head'); f.seek(1 << 30); f.write(b'tail')
+            """, container.stored("Documents/sparse.bin")])
+        try #require(made.status == 0, "\(made)")
+        let host = container.base + "/host"
+        try FileManager.default.createDirectory(atPath: host, withIntermediateDirectories: true)
+        let mounted = try runProgram(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", host])
+        try #require(mounted.status == 0, "\(mounted)")
+        defer { _ = try? runProgram(["umount", "-l", host]) }
+        let got = try containerfs(["share", container.store, "get", "sparse.bin", host + "/copy.bin"])
+        #expect(got.status == 0, "\(got)")
+        var info = stat()
+        #expect(lstat(host + "/copy.bin", &info) == 0)
+        #expect(info.st_size == (1 << 30) + 4)
+        #expect(Int64(info.st_blocks) * 512 < 1 << 20, "the copy takes \(info.st_blocks) blocks")
+        let file = try FileHandle(forReadingFrom: URL(fileURLWithPath: host + "/copy.bin"))
+        defer { try? file.close() }
+        #expect(try file.read(upToCount: 4) == Data("head".utf8))
+        try file.seek(toOffset: 1 << 29)
+        #expect(try file.read(upToCount: 4) == Data(count: 4))
+        try file.seek(toOffset: 1 << 30)
+        #expect(try file.read(upToCount: 4) == Data("tail".utf8))
+    }
+
     @Test func getWritesHostNamesAsBytes() throws {
         let container = try MountedContainer(infoPlist: Self.sharingXML)
         try Data("data".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/a.txt")))

@@ -13,6 +13,9 @@
 extern const int clinux_O_PATH;
 extern const int clinux_O_DIRECT;
 extern const int clinux_O_TMPFILE;
+/// lseek(2) whences for the next data and the next hole (a stable ABI, under _GNU_SOURCE).
+extern const int clinux_SEEK_DATA;
+extern const int clinux_SEEK_HOLE;
 extern const int clinux_AT_EMPTY_PATH;
 extern const unsigned clinux_RENAME_NOREPLACE;
 extern const unsigned clinux_RENAME_EXCHANGE;
@@ -29,6 +32,11 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 
 /// fchmodat2(2) with AT_EMPTY_PATH: chmod the node an O_PATH descriptor names.
 int clinux_fchmod_path_fd(int fd, mode_t mode);
+
+/// The birth time of `name` in `dirfd` (statx(2) with `flags`; "" and AT_EMPTY_PATH for the
+/// node `dirfd` itself), in `seconds` and `nanoseconds`: 0, or 1 when the file system keeps
+/// none, or -1 with errno.
+int clinux_birth_time(int dirfd, const char *name, int flags, int64_t *seconds, uint32_t *nanoseconds);
 
 /// copy_file_range(2), declared by glibc only under _GNU_SOURCE.
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned flags);
