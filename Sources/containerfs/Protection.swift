@@ -31,7 +31,7 @@ struct Protect: ParsableCommand {
     func run() throws {
         try reportingErrors {
             if paths.isEmpty { throw UserError.usage("name at least one file or folder inside a container's store") }
-            for path in rawArguments(paths) { try ProtectionSetting.protect(path, protection) }   // names are bytes
+            try ProtectionSetting.protect(rawArguments(paths), protection)   // names are bytes; all or none
         }
     }
 }

@@ -213,6 +213,41 @@ struct CLIErrorTests {
         #expect(result.stdout.contains("USAGE: containerfs mount") && result.stdout.contains("OPTIONS:"), "\(result)")
     }
 
+    // MARK: several paths, one bad
+
+    /// `exclude`, `include` and `protect` name several paths: one that is missing fails the
+    /// command before any is changed (SPEC §9: the store as it was), in one line that names
+    /// it and says what to do.
+    @Test func excludeIncludeAndProtectChangeNothingWhenOnePathIsMissing() throws {
+        let container = try MountedContainer()
+        let kept = container.stored("Library/kept")
+        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
+        let missing = container.stored("Documents/missing")
+        for command in ["exclude", "protect"] {
+            let extra = command == "protect" ? ["--class", "complete"] : []
+            let result = try unchangedStore(container) { try containerfs([command, kept, missing] + extra) }
+            expectUserError(result, status: 1, mentions: ["Documents/missing"], advice: ["name an existing"])
+        }
+        // The listing sees no attribute: look at them.
+        func attribute(_ name: String) throws -> Bool { try runProgram(["getfattr", "-n", name, kept]).status == 0 }
+        #expect(try !attribute("user.containerfs.exclude-from-backup"), "exclude changed the first path")
+        #expect(try !attribute("user.containerfs.protection"), "protect changed the first path")
+        #expect(try containerfs(["exclude", kept]).status == 0)
+        let result = try unchangedStore(container) { try containerfs(["include", kept, missing]) }
+        expectUserError(result, status: 1, mentions: ["Documents/missing"], advice: ["name an existing"])
+        #expect(try attribute("user.containerfs.exclude-from-backup"), "include changed the first path")
+    }
+
+    /// `deliver A MISSING` hands nothing over: the Inbox stays empty.
+    @Test func deliverWithOneMissingFileDeliversNothing() throws {
+        let container = try MountedContainer()
+        let present = container.base + "/report.txt"
+        try Data("report\n".utf8).write(to: URL(fileURLWithPath: present))
+        let result = try unchangedStore(container) { try containerfs(["deliver", container.store, present, container.base + "/absent.txt"]) }
+        expectUserError(result, status: 1, mentions: ["absent.txt"], advice: ["name an existing"])
+        #expect(result.stdout.isEmpty, "nothing may be delivered: \(result.stdout)")
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
