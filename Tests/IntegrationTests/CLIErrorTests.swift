@@ -248,6 +248,29 @@ struct CLIErrorTests {
         #expect(result.stdout.isEmpty, "nothing may be delivered: \(result.stdout)")
     }
 
+    /// A path that does not exist, named to `share`, `run --grant` or `check`, is one line
+    /// that says what to do (SPEC §9), not the bare errno, nor a report's working name.
+    @Test func missingPathsSayWhatToDo() throws {
+        let plist = Array(#"<plist version="1.0"><dict><key>UIFileSharingEnabled</key><true/></dict></plist>"#.utf8)
+        let container = try MountedContainer(infoPlist: plist)
+        let store = container.store, absent = container.base + "/absent"
+        let cases: [([String], String, String)] = [
+            (["share", store, "ls", "missing"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "get", "missing", container.base + "/out"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "rm", "missing"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "mv", "missing", "b"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "put", absent], absent, "name an existing"),
+            (["run", store, "--grant", absent, "--", "true"], absent, "name an existing"),
+            (["check", store, "--config", absent + ".json"], absent + ".json", "name an existing"),
+            (["check", store, "--junit", absent + "/report.xml"], absent + "/report.xml", "create it"),
+        ]
+        for (arguments, mention, advice) in cases {
+            let result = try unchangedStore(container) { try containerfs(arguments) }
+            expectUserError(result, mentions: [mention], advice: [advice])
+            #expect(!result.stderr.contains(".partial-"), "\(arguments): \(result.stderr)")
+        }
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
