@@ -46,13 +46,15 @@ public enum FileSharing {
         } catch {
             throw UserError("\(store.path): cannot read \(name)/Info.plist: \(error); file sharing needs it")
         }
+        // How to turn it on: the bundle is signed, so a changed plist is a new version.
+        let fix = "add <key>UIFileSharingEnabled</key><true/> to \(name)/Info.plist and install it with 'containerfs update \(store.path) --bundle PATH/\(name)'"
         let plist: PropertyListValue
         do { plist = try PropertyList.parse(bytes) } catch {
-            throw UserError("\(store.path): \(name)/Info.plist cannot be parsed (\(error)): file sharing is off")
+            throw UserError("\(store.path): \(name)/Info.plist cannot be parsed (\(error)): file sharing is off; \(fix)")
         }
         guard case .dictionary(let entries) = plist, keys.contains(where: { entries[$0] == .bool(true) }) else {
             throw UserError(
-                "\(store.path): file sharing is off: \(name)/Info.plist sets neither UIFileSharingEnabled nor LSSupportsOpeningDocumentsInPlace to true"
+                "\(store.path): file sharing is off: \(name)/Info.plist sets neither UIFileSharingEnabled nor LSSupportsOpeningDocumentsInPlace to true; \(fix)"
             )
         }
     }

@@ -271,6 +271,16 @@ struct CLIErrorTests {
         }
     }
 
+    /// `share` of an app whose Info.plist does not allow file sharing (or does not parse)
+    /// says how to allow it, not only that it is off.
+    @Test(arguments: [nil, #"<plist version="1.0"><dict><key>CFBundleName</key><string>Demo</string></dict></plist>"#])
+    func shareOfAnAppThatDoesNotAllowItSaysHow(plist: String?) throws {
+        let container = try MountedContainer(infoPlist: plist.map { Array($0.utf8) })
+        let result = try unchangedStore(container) { try containerfs(["share", container.store, "ls"]) }
+        expectUserError(result, status: 1, mentions: ["file sharing is off"], advice: ["UIFileSharingEnabled</key><true/> to Demo.app/Info.plist"])
+        #expect(result.stderr.contains("containerfs update \(container.store) --bundle"), "\(result.stderr)")
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
