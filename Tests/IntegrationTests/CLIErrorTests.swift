@@ -281,6 +281,19 @@ struct CLIErrorTests {
         #expect(result.stderr.contains("containerfs update \(container.store) --bundle"), "\(result.stderr)")
     }
 
+    /// `purge --until-free` refused, with another option or on a running container, says
+    /// which option to drop or what to unmount, not only that it is refused.
+    @Test func purgeUntilFreeRefusalsSayWhatToDo() throws {
+        let container = try MountedContainer()
+        for option in ["--json", "--dry-run", "--include-running"] {
+            let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--until-free", "1M", option]) }
+            expectUserError(result, status: 64, mentions: [option], advice: ["drop \(option)"])
+        }
+        try container.mount()
+        let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--until-free", "1M"]) }
+        expectUserError(result, status: 1, mentions: ["in use"], advice: ["containerfs unmount \(container.mountpoint)"])
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
