@@ -113,5 +113,7 @@ private func switchDevice(_ command: DeviceControl.Command, _ path: String) thro
         FileHandleOutput.standardOutput.write("\(store.path): \(status.state.text)\n")
         switched += 1
     }
-    if switched == 0 { throw UserError("no container of the device folder \(path) is mounted: the device state belongs to live mounts") }
+    if switched == 0 {
+        throw UserError("no container of the device folder \(path) is mounted: the device state belongs to live mounts; start one with 'containerfs mount \(path)/NAME MOUNTPOINT' or 'containerfs run \(path)/NAME --locked -- PROGRAM'")
+    }
 }

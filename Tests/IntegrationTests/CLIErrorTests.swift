@@ -294,6 +294,21 @@ struct CLIErrorTests {
         expectUserError(result, status: 1, mentions: ["in use"], advice: ["containerfs unmount \(container.mountpoint)"])
     }
 
+    /// `lock` of a device folder none of whose containers is mounted, and an object-store
+    /// command given something that is not an s3:// URL: the line says what to do.
+    @Test func lockOfAnIdleDeviceAndANonURLSayWhatToDo() throws {
+        let scene = try CLIScene()
+        let device = scene.base + "/device"
+        try FileManager.default.createDirectory(atPath: device, withIntermediateDirectories: true)
+        #expect(try containerfs(["create", device + "/App", "--bundle", scene.bundle, "--group", "group.com.example.idle"]).status == 0)
+        for command in ["lock", "unlock"] {
+            let result = try scene.unchanged { try containerfs([command, device]) }
+            expectUserError(result, status: 1, mentions: [device, "mounted"], advice: ["containerfs mount", "containerfs run"])
+        }
+        let result = try containerfs(["backups", "notaurl"])
+        expectUserError(result, status: 64, mentions: ["notaurl"], advice: ["write s3://BUCKET"])
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
