@@ -216,6 +216,24 @@ struct SigningTests {
         #expect((try? String(contentsOfFile: container.stored("Documents/notes.txt"), encoding: .utf8)) == "mine\n")
     }
 
+    /// With the installer key lost, neither `create` (the store exists) nor `update` (it
+    /// verifies first) can reinstall in place: the line names the way that works, a backup
+    /// restored with a fresh install, and following it gives a container that verifies.
+    @Test func aLostKeysAdviceGivesAContainerThatVerifies() throws {
+        let container = try SignedStore()
+        try container.write("Documents/notes.txt", "mine\n")
+        let lost = container.base + "/keys/lost.key"
+        let refused = try container.run(["verify", container.store], key: lost)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("'containerfs backup STORE FILE.tar', then 'containerfs restore FILE.tar NEWSTORE --bundle PATH/NAME.app'"), "\(refused)")
+        let archive = container.base + "/notes.tar", restored = container.base + "/restored"
+        #expect(try runProgram([containerfsBinary, "backup", container.store, archive]).status == 0)
+        let made = try runProgram([containerfsBinary, "restore", archive, restored, "--bundle", container.base + "/Demo.app", "--key", lost])
+        #expect(made.status == 0, "\(made)")
+        #expect(try runProgram([containerfsBinary, "verify", restored, "--key", lost]).status == 0)
+        #expect((try? String(contentsOfFile: restored + "/Documents/notes.txt", encoding: .utf8)) == "mine\n")
+    }
+
     @Test func mountRefusesATamperedBundle() throws {
         let container = try SignedStore()
         try container.write("Demo.app/Info.plist", "<plist>DEMO</plist>\n")
