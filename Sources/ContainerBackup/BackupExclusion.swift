@@ -31,8 +31,10 @@ public enum BackupExclusion {
     /// so a file an app named with bytes that are not UTF-8 can be named.
     public static func set(_ excluded: Bool, rawPaths: [[UInt8]]) throws(UserError) -> [String] {
         var notes: [String] = []
-        for rawPath in rawPaths {
-            let target = try ExclusionTarget.resolve(rawPath)
+        // Every path found before any is changed: a bad one leaves the store as it was (SPEC §9).
+        var targets: [ExclusionTarget] = []
+        for rawPath in rawPaths { targets.append(try ExclusionTarget.resolve(rawPath)) }
+        for target in targets {
             try target.set(excluded)
             if !excluded, let folder = target.excludedAncestor() {
                 notes.append("\(target.path) is included, but still not backed up: the folder \(folder) above it is excluded")
@@ -63,7 +65,7 @@ struct ExclusionTarget {
         let path = ContainerPath.printable(raw)
         var info = stat()
         guard withCName(raw, { lstat($0, &info) }) == 0 else {
-            throw UserError("cannot exclude or include \(path): \(Errno.current)")
+            throw UserError("cannot find \(path) (\(Errno.current)): name an existing file or folder of a container; nothing was changed")
         }
         let absolute = absolutePath(raw)
         // The innermost container mount holding the path wins.

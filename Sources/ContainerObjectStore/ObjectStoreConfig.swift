@@ -14,7 +14,7 @@ public struct ObjectURL: Sendable, CustomStringConvertible {
 
     /// Parses `s3://BUCKET/KEY`; `requireKey` for an object (not a listing).
     public init(parsing text: String, requireKey: Bool) throws(UserError) {
-        guard text.hasPrefix("s3://") else { throw UserError.usage("\(text) is not an s3://BUCKET/KEY URL") }
+        guard text.hasPrefix("s3://") else { throw UserError.usage("\(text) is not an s3:// URL: write s3://BUCKET/KEY (backup, restore) or s3://BUCKET[/PREFIX] (backups)") }
         let rest = text.dropFirst("s3://".count)
         let bucket = String(rest.prefix { $0 != "/" })
         let key = String(rest.dropFirst(bucket.count).drop { $0 == "/" })

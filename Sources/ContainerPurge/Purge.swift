@@ -330,8 +330,8 @@ extension Purge {
     /// Deletes the tagged files `tags` of a store that is not mounted (each checked to be
     /// the regular file its tag names, as purge does), and drops them from a trusted
     /// index. Returns how many files went and the bytes that freed (a file another name
-    /// keeps frees none). `run --launches` calls it
-    /// between launches with the share of the caches it drew.
+    /// keeps frees none), and removes the folders that left empty as `purge` does.
+    /// `run --launches` calls it between launches with the share of the caches it drew.
     public static func remove(_ tags: [Tag], from store: Store) -> (files: Int, bytes: Int64) {
         var walker = ParentWalker(rootFD: store.rootFD, capacity: 64)
         defer { walker.close() }
@@ -345,6 +345,8 @@ extension Purge {
                 if removal.lastName { bytes = bytes.addingSaturated(removal.size) }
             }
         }
+        // As `purge` does (SPEC §10): no stale empty cache folder for the next launch.
+        _ = removeEmptiedFolders(store, removed.map(\.containerPath))
         // Between run's launches, after a daemon recorded the space used: stale now.
         if !removed.isEmpty { Capacity.forgetSummary(stateFD: store.stateFD) }
         if let index {

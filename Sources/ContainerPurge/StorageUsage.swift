@@ -34,16 +34,21 @@ public struct StorageUsage: Sendable {
 
     /// Walks the store (following no symlink). `Documents` excludes the Inbox and
     /// `Library` excludes `Caches`, which have their own lines; the markers and the state
-    /// folder are not counted.
+    /// folder are not counted. A group container has no bundle, Documents or tmp: its
+    /// lines are its root (what its members write there, backed up), `Library` and `Caches`.
     public static func measure(_ store: Store) -> StorageUsage {
         let bundle = String(decoding: store.layout.bundleName, as: UTF8.self)
-        let lines: [(String, String, ContainerPath, [UInt8]?, Bool, Bool)] = [
-            ("bundle", bundle, ContainerPath(components: [store.layout.bundleName]), nil, false, false),
-            ("Documents", "Documents", StandardDirectory.documents.path, Array(name: "Inbox"), true, false),
-            ("Inbox", "Documents/Inbox", StandardDirectory.inbox.path, nil, true, false),
-            ("Library", "Library", StandardDirectory.library.path, Array(name: "Caches"), true, false),
-            ("Caches", "Library/Caches", StandardDirectory.caches.path, ContainerLayout.cacheTagName, false, true),
-            ("tmp", "tmp", StandardDirectory.tmp.path, ContainerLayout.cacheTagName, false, true),
+        let library = ("Library", "Library", StandardDirectory.library.path, [Array(name: "Caches")], true, false)
+        let caches = ("Caches", "Library/Caches", StandardDirectory.caches.path, [ContainerLayout.cacheTagName], false, true)
+        let lines: [(String, String, ContainerPath, [[UInt8]], Bool, Bool)] = store.layout.isGroup ? [
+            ("root", ".", ContainerPath.root, [ContainerLayout.stateFolderName, ContainerLayout.backupFolderName, Array(name: "Library")], true, false),
+            library, caches,
+        ] : [
+            ("bundle", bundle, ContainerPath(components: [store.layout.bundleName]), [], false, false),
+            ("Documents", "Documents", StandardDirectory.documents.path, [Array(name: "Inbox")], true, false),
+            ("Inbox", "Documents/Inbox", StandardDirectory.inbox.path, [], true, false),
+            library, caches,
+            ("tmp", "tmp", StandardDirectory.tmp.path, [ContainerLayout.cacheTagName], false, true),
         ]
         var areas: [Area] = []
         var bytesByClass: [ProtectionClass: Int64] = [:]
@@ -51,7 +56,10 @@ public struct StorageUsage: Sendable {
         for (name, path, folder, skipped, backedUp, purgeable) in lines {
             var area = Area(name: name, path: path, backedUp: backedUp, purgeable: purgeable)
             area.offloaded = name == "bundle" && store.offloaded != nil
-            let fd = withCName(folder.bytes) { openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            // The root itself is ".": openat takes no empty name.
+            let fd = withCName(folder.components.isEmpty ? Array(name: ".") : folder.bytes) {
+                openat(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
             if fd >= 0 {
                 StoreWalk.regularFiles(in: fd, relative: folder.bytes, skippingAtTop: skipped) { relative, info in
                     area.bytes = area.bytes.addingSaturated(Int64(info.st_size))
@@ -69,7 +77,9 @@ public struct StorageUsage: Sendable {
 
     /// The class a file of the store holds in its own attribute, reached beneath the root.
     private static func protectionClass(_ store: Store, _ relative: [UInt8]) -> ProtectionClass? {
-        let fd = withCName(relative) { clinux_open_beneath(store.rootFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC, 0) }
+        // A file of a group's root comes as "/name" (the root's relative path is empty).
+        let beneath = relative.first == UInt8(ascii: "/") ? Array(relative.dropFirst()) : relative
+        let fd = withCName(beneath) { clinux_open_beneath(store.rootFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC, 0) }
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: 48)

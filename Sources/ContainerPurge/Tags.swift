@@ -87,7 +87,7 @@ public enum Tags {
                 continue
             }
             let folder = { (path: [UInt8], info: stat) in snapshot.folders.append(TagIndex.folderStamp(path, info)) }
-            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: ContainerLayout.cacheTagName, folders: folder) { path, info in
+            StoreWalk.regularFiles(in: fd, relative: top, skippingAtTop: [ContainerLayout.cacheTagName], folders: folder) { path, info in
                 snapshot.tags.append(Tag(kind: kind, path: path, info, recorded: uses?.lastUse(inode: UInt64(info.st_ino)) ?? 0))
             }
         }
@@ -131,7 +131,7 @@ enum StoreWalk {
     /// Iterative, on a `FolderChain`: a chain of folders of any depth neither overflows
     /// the thread's stack nor runs out of descriptors. The path is one buffer that grows
     /// and shrinks with the levels, so a deep chain costs memory in its depth, not its square.
-    static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [UInt8]? = nil,
+    static func regularFiles(in fd: Int32, relative: [UInt8], skippingAtTop skipped: [[UInt8]] = [],
                              folders: ([UInt8], stat) -> Void = { _, _ in }, _ body: ([UInt8], stat) -> Void) {
         defer { close(fd) }
         var top = stat()
@@ -142,7 +142,7 @@ enum StoreWalk {
             ((try? Directory.entries(of: fd)) ?? []).filter { $0.type == DT_REG || $0.type == DT_DIR || $0.type == DT_UNKNOWN }.reversed()
         }
         // Each level: the entries still to visit, and the length of `path` that names it.
-        var levels: [(entries: [(name: [UInt8], type: UInt8)], pathLength: Int)] = [(entries(fd).filter { $0.name != skipped }, relative.count)]
+        var levels: [(entries: [(name: [UInt8], type: UInt8)], pathLength: Int)] = [(entries(fd).filter { !skipped.contains($0.name) }, relative.count)]
         var path = relative
         // The top level is popped in place: a copy of it (`levels.last`) would make each
         // removal copy its entries, quadratic in a folder.

@@ -81,7 +81,7 @@ final class OpenedGrant {
             let option = "--grant \(request.path)\(request.writable ? ":rw" : "")"
             guard !request.path.isEmpty else { throw UserError.usage("\(option) names no path") }
             guard let host = resolved(request.path) else {
-                throw UserError("cannot grant \(request.path): \(Errno.current)")
+                throw UserError("cannot grant \(request.path) (\(Errno.current)): name an existing host file or folder with --grant")
             }
             let name = String(host[host.index(after: host.lastIndex(of: "/") ?? host.startIndex)...])
             let inside = GrantRequest.folder + "/" + name

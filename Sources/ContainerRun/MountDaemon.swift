@@ -116,6 +116,9 @@ public enum MountDaemon {
             if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
             reply += buffer[0..<count]
+            // The answer is one line. Not EOF: with -o auto_unmount libfuse leaves
+            // fusermount3 running, holding the pipe's write end open as long as the mount.
+            if reply.contains(UInt8(ascii: "\n")) { break }
         }
         let text = String(decoding: reply, as: UTF8.self)
         if text.hasPrefix("ready") { return pid }

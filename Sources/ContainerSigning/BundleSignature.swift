@@ -167,7 +167,8 @@ public struct BundleVerification: Sendable {
     /// The one-line error `verify` and `mount` end with when the bundle does not hold;
     /// nil when it does.
     public func failure(store: String, listed: Bool = false) -> UserError? {
-        let advice = "the app does not launch — reinstall it with 'containerfs create'"
+        // Not `create`, which refuses an existing store: `update` installs afresh, data kept.
+        let advice = "the app does not launch — reinstall it with 'containerfs update \(store) --bundle PATH/NAME.app' (its data is kept)"
         if let problem {
             var advice = advice
             if case .otherKey = problem { advice += ", or pass --key with the key it was installed with" }

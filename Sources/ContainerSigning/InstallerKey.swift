@@ -85,7 +85,7 @@ public struct InstallerKey: Sendable {
         guard let key = try read(location.file) else {
             let hint = path == nil ? "pass --key with the key it was installed with" : "check the path"
             throw UserError(
-                "no installer key at \(location.file): verifying a bundle needs the key that signed it; \(hint), or reinstall the container with 'containerfs create'"
+                "no installer key at \(location.file): verifying a bundle needs the key that signed it; \(hint), or, the key lost, move the data to a fresh install: 'containerfs backup STORE FILE.tar', then 'containerfs restore FILE.tar NEWSTORE --bundle PATH/NAME.app'"
             )
         }
         return key

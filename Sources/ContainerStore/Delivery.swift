@@ -69,6 +69,22 @@ public enum Delivery {
         }
     }
 
+    /// Refuses, before anything is copied, a delivery of several `sources` one of which
+    /// is missing or neither a file nor a folder: all are delivered, or none (SPEC §9).
+    public static func checkSources(_ sources: [[UInt8]]) throws(UserError) {
+        for source in sources {
+            let shown = ContainerPath.printable(source)
+            var info = stat()
+            guard withCName(source, { lstat($0, &info) }) == 0 else {
+                throw UserError("cannot read \(shown) (\(Errno.current)): name an existing file or folder to deliver; nothing was delivered")
+            }
+            let type = info.st_mode & S_IFMT
+            guard type == S_IFREG || type == S_IFDIR else {
+                throw UserError("\(shown) is not a file or folder: only files and folders can be delivered; nothing was delivered")
+            }
+        }
+    }
+
     /// Refuses, before anything is copied, a delivery of several `sources` that would
     /// not fit in the container's capacity together, or in its device's (`device`) free
     /// space (each is checked exactly as it goes in).

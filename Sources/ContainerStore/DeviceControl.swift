@@ -93,6 +93,28 @@ public enum ProtectionSetting {
     /// Returns the node's path in the container.
     @discardableResult
     public static func protect(_ rawPath: [UInt8], _ protection: ProtectionClass) throws(UserError) -> ContainerPath {
+        try protect([rawPath], protection)[0]
+    }
+
+    /// Sets `protection` on each of `rawPaths`, as `protect(_:_:)`, after every one was
+    /// found and checked: a bad path leaves every node as it was (SPEC §9).
+    @discardableResult
+    public static func protect(_ rawPaths: [[UInt8]], _ protection: ProtectionClass) throws(UserError) -> [ContainerPath] {
+        var nodes: [(fd: Int32, relative: ContainerPath, path: String)] = []
+        defer { nodes.forEach { close($0.fd) } }
+        for rawPath in rawPaths { nodes.append(try node(rawPath)) }
+        let value = Array(protection.rawValue.utf8)
+        for node in nodes {
+            guard value.withUnsafeBytes({ clinux_node_setxattr(node.fd, ProtectionClass.attributeName, $0.baseAddress, $0.count, 0) }) == 0 else {
+                throw UserError("cannot set the protection class of \(node.path): \(Errno.current)")
+            }
+        }
+        return nodes.map(\.relative)
+    }
+
+    /// The file or folder of a store's data at `rawPath`, opened (`O_PATH`) beneath the
+    /// store's root, with its path in the container and its printable name.
+    private static func node(_ rawPath: [UInt8]) throws(UserError) -> (fd: Int32, relative: ContainerPath, path: String) {
         // Names are bytes (SPEC §2): one an app made that is not UTF-8 is named as it is.
         let path = ContainerPath.printable(rawPath)
         let (store, relative) = try locate(rawPath, shown: path)
@@ -105,17 +127,15 @@ public enum ProtectionSetting {
         }
         let fd = relative.components.isEmpty ? -1
             : withCName(relative.bytes) { clinux_open_beneath(store.rootFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC, 0) }
-        guard fd >= 0 else { throw UserError("cannot open \(path) inside \(store.path) (\(Errno.current)): name an existing file or folder, not a symlink") }
-        defer { close(fd) }
+        guard fd >= 0 else {
+            throw UserError("cannot open \(path) inside \(store.path) (\(Errno.current)): name an existing file or folder, not a symlink; nothing was changed")
+        }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFDIR else {
+            close(fd)
             throw UserError("\(path) is neither a file nor a folder: only those hold a protection class")
         }
-        let value = Array(protection.rawValue.utf8)
-        guard value.withUnsafeBytes({ clinux_node_setxattr(fd, ProtectionClass.attributeName, $0.baseAddress, $0.count, 0) }) == 0 else {
-            throw UserError("cannot set the protection class of \(path): \(Errno.current)")
-        }
-        return relative
+        return (fd, relative, path)
     }
 
     /// The store `path` lies in, and its path in the container: the nearest folder up from

@@ -46,13 +46,15 @@ public enum FileSharing {
         } catch {
             throw UserError("\(store.path): cannot read \(name)/Info.plist: \(error); file sharing needs it")
         }
+        // How to turn it on: the bundle is signed, so a changed plist is a new version.
+        let fix = "add <key>UIFileSharingEnabled</key><true/> to \(name)/Info.plist and install it with 'containerfs update \(store.path) --bundle PATH/\(name)'"
         let plist: PropertyListValue
         do { plist = try PropertyList.parse(bytes) } catch {
-            throw UserError("\(store.path): \(name)/Info.plist cannot be parsed (\(error)): file sharing is off")
+            throw UserError("\(store.path): \(name)/Info.plist cannot be parsed (\(error)): file sharing is off; \(fix)")
         }
         guard case .dictionary(let entries) = plist, keys.contains(where: { entries[$0] == .bool(true) }) else {
             throw UserError(
-                "\(store.path): file sharing is off: \(name)/Info.plist sets neither UIFileSharingEnabled nor LSSupportsOpeningDocumentsInPlace to true"
+                "\(store.path): file sharing is off: \(name)/Info.plist sets neither UIFileSharingEnabled nor LSSupportsOpeningDocumentsInPlace to true; \(fix)"
             )
         }
     }
@@ -82,8 +84,13 @@ public enum FileSharing {
     static func openFolder(_ store: Store, _ components: [[UInt8]]) throws(UserError) -> Int32 {
         let path = containerPath(components)
         let fd = withCName(path.bytes) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
-        guard fd >= 0 else { throw UserError("cannot open \(path): \(Errno.current)") }
+        guard fd >= 0 else { throw UserError("cannot open \(path): \(Errno.current); \(listAdvice(store))") }
         return fd
+    }
+
+    /// What to do about a path of `Documents/` that is not there.
+    static func listAdvice(_ store: Store) -> String {
+        "'containerfs share \(store.path) ls' lists what Documents/ holds"
     }
 
     /// The type of `name` in the folder `fd` (nil when absent), not following a symlink.
@@ -126,7 +133,9 @@ public enum FileSharing {
         guard let name = components.last else { throw UserError.usage("name where in Documents/ to put \(source)") }
         let target = containerPath(components)
         var info = stat()
-        guard withCName(sourcePath, { lstat($0, &info) }) == 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
+        guard withCName(sourcePath, { lstat($0, &info) }) == 0 else {
+            throw UserError("cannot read \(source) (\(Errno.current)): name an existing file or folder to put")
+        }
         let sourceType = info.st_mode & S_IFMT
         guard sourceType == S_IFREG || sourceType == S_IFDIR else {
             throw UserError("\(source) is not a file or folder: file sharing copies files and folders")
@@ -175,7 +184,7 @@ public enum FileSharing {
         let source = containerPath(components)
         let shown = ContainerPath.printable(destination)
         let sourceFD = withCName(source.bytes) { clinux_open_beneath(store.rootFD, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0) }
-        guard sourceFD >= 0 else { throw UserError("cannot read \(source): \(Errno.current)") }
+        guard sourceFD >= 0 else { throw UserError("cannot read \(source): \(Errno.current); \(listAdvice(store))") }
         defer { close(sourceFD) }
         var info = stat()
         guard fstat(sourceFD, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFDIR else {
@@ -229,7 +238,7 @@ public enum FileSharing {
             removeTree(at: parent, name)
             if type(of: name, in: parent) != nil { throw UserError("cannot remove all of \(target): some entries could not be deleted") }
         case nil:
-            throw UserError("cannot remove \(target): \(Errno(ENOENT))")
+            throw UserError("cannot remove \(target): \(Errno(ENOENT)); \(listAdvice(store))")
         default:
             throw UserError("\(target) is not a file or folder: file sharing does not show it")
         }
@@ -244,7 +253,7 @@ public enum FileSharing {
         defer { close(fromParent) }
         let toParent = try openFolder(store, Array(to.dropLast()))
         defer { close(toParent) }
-        guard let type = type(of: fromName, in: fromParent) else { throw UserError("cannot move \(source): \(Errno(ENOENT))") }
+        guard let type = type(of: fromName, in: fromParent) else { throw UserError("cannot move \(source): \(Errno(ENOENT)); \(listAdvice(store))") }
         guard type == S_IFREG || type == S_IFDIR else {
             throw UserError("\(source) is not a file or folder: file sharing does not show it")
         }

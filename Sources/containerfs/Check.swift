@@ -48,7 +48,7 @@ struct CheckOptions: ParsableArguments {
         if let configPath {
             let contents: [UInt8]
             do { contents = try readFile(at: AT_FDCWD, Array(configPath.utf8), limit: 1 << 20) } catch {
-                throw UserError.usage("cannot read the config file \(configPath): \(error)")
+                throw UserError.usage("cannot read the config file \(configPath) (\(error)): name an existing JSON file with --config (docs/check.md)")
             }
             settings = try CheckConfig.apply(contents, name: configPath, to: settings)
         }
@@ -77,10 +77,16 @@ struct CheckOptions: ParsableArguments {
         let hostname = gethostname(&host, host.count - 1) == 0 ? String(cString: host) : "localhost"
         let text = report.junit(timestamp: isoTime(nowNanoseconds()).replacingOccurrences(of: "Z", with: ""), hostname: hostname)
         let aside = junit + ".partial-\(getpid())"
+        // Its folder named, not the working name beside it, nor Foundation's wording.
+        let folder = (junit as NSString).deletingLastPathComponent
+        var info = stat()
+        guard stat(folder.isEmpty ? "." : folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw UserError("cannot write the JUnit report \(junit): its folder \(folder) does not exist: create it, or name another path with --junit")
+        }
         do {
             try Data(text.utf8).write(to: URL(fileURLWithPath: aside))
         } catch {
-            throw UserError("cannot write the JUnit report \(aside): \(error.localizedDescription)")
+            throw UserError("cannot write the JUnit report \(junit): \(error.localizedDescription)")
         }
         guard rename(aside, junit) == 0 else {
             let error = Errno.current

@@ -14,7 +14,7 @@ struct Deliver: ParsableCommand {
             with a capacity when the device has less free, mounted or not: one line says how much \
             the files take in blocks and how much is free, and nothing reaches the Inbox (exit 1). \
             See docs/capacity.md, "Installing on a full device". The copies belong to whoever runs deliver and \
-            keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others.
+            keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others. A file named that is missing, or neither a file nor a folder, is refused before any is delivered.
             """)
 
     @Argument(help: "The container's store.")
@@ -37,6 +37,7 @@ struct Deliver: ParsableCommand {
             try opened.requireApp(for: "deliver")
             // Paths and names are bytes, as given (a String replaces what is not UTF-8).
             let sources = rawArguments(files)
+            try Delivery.checkSources(sources)
             try Delivery.checkFits(sources, into: opened, device: DeviceInstall(storePaths: [store]))
             for (file, source) in zip(files, sources) {
                 // A device with a capacity refuses what does not fit; what fits goes to its

@@ -28,8 +28,9 @@ struct Mount: ParsableCommand {
             instead of its folder's fsync; see docs/power-loss.md), timeout=SECONDS (kernel cache of names and \
             attributes, default 86400), threads=N (default 16), debug, count-requests (count the \
             requests served by kind, for the bench's requests per file: see docs/benchmarks.md); \
-            others are passed to \
-            libfuse.
+            allow_root and auto_unmount go to libfuse; the fstab words rw, auto, noauto, nofail, _netdev, \
+            user, users, noatime, relatime, dev, nodev, suid, nosuid, exec and noexec are accepted; \
+            any other option is refused.
 
             A container with a capacity (see 'containerfs capacity') is a device of that size: \
             writes past it fail with ENOSPC and df shows it; its files open without passthrough. \

@@ -31,7 +31,7 @@ struct Protect: ParsableCommand {
     func run() throws {
         try reportingErrors {
             if paths.isEmpty { throw UserError.usage("name at least one file or folder inside a container's store") }
-            for path in rawArguments(paths) { try ProtectionSetting.protect(path, protection) }   // names are bytes
+            try ProtectionSetting.protect(rawArguments(paths), protection)   // names are bytes; all or none
         }
     }
 }
@@ -113,5 +113,7 @@ private func switchDevice(_ command: DeviceControl.Command, _ path: String) thro
         FileHandleOutput.standardOutput.write("\(store.path): \(status.state.text)\n")
         switched += 1
     }
-    if switched == 0 { throw UserError("no container of the device folder \(path) is mounted: the device state belongs to live mounts") }
+    if switched == 0 {
+        throw UserError("no container of the device folder \(path) is mounted: the device state belongs to live mounts; start one with 'containerfs mount \(path)/NAME MOUNTPOINT' or 'containerfs run \(path)/NAME --locked -- PROGRAM'")
+    }
 }

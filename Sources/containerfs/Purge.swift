@@ -73,7 +73,7 @@ struct PurgeCommand: ParsableCommand {
                 // every store is checked before any is touched.
                 for store in opened {
                     if let holder = MountLock.holder(store) {
-                        throw UserError("\(store.path) is in use (pid \(holder.pid), mounted at \(holder.mountpoint)): a running container is never purged; nothing was purged")
+                        throw UserError("\(store.path) is in use (pid \(holder.pid), mounted at \(holder.mountpoint)): a running container is never purged; nothing was purged: stop its run, or unmount it first with 'containerfs unmount \(holder.mountpoint)'")
                     }
                 }
                 for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
@@ -105,8 +105,12 @@ struct PurgeCommand: ParsableCommand {
         if stores.isEmpty { throw UserError.usage("name at least one container store to purge") }
         guard caches || tmp else { throw UserError.usage("say what to purge: --caches (Library/Caches), --tmp (tmp) or both") }
         if all, free != nil { throw UserError.usage("--all and --free exclude each other: --all deletes everything that qualifies") }
-        if untilFree != nil, all || free != nil || olderThan != nil || dryRun || json || includeRunning {
-            throw UserError.usage("--until-free goes alone: it deletes only until that much is free, in stores not running")
+        if untilFree != nil {
+            let others = [(all, "--all"), (free != nil, "--free"), (olderThan != nil, "--older-than"), (dryRun, "--dry-run"),
+                          (json, "--json"), (includeRunning, "--include-running")].filter(\.0).map(\.1)
+            if !others.isEmpty {
+                throw UserError.usage("--until-free goes alone: it deletes only until that much is free, in stores not running; drop \(others.joined(separator: " and "))")
+            }
         }
         var options = Purge.Options(kinds: (caches ? [TagKind.cache] : []) + (tmp ? [.temporary] : []))
         if let free {

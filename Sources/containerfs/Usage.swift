@@ -11,7 +11,9 @@ struct UsageCommand: ParsableCommand {
         discussion: """
             Per area — the bundle, Documents (without the Inbox), the Inbox, Library (without \
             Caches), Library/Caches and tmp — the bytes and number of regular files, as a phone's \
-            storage view shows them, with a bar per area on a terminal. The bundle of an \
+            storage view shows them, with a bar per area on a terminal; a group container's areas \
+            are its root (what its members write there, without Library; backed up), Library and \
+            Library/Caches. The bundle of an \
             offloaded app (`containerfs offload`) is marked offloaded. Then the device as the app \
             sees it: its capacity (see 'containerfs capacity'; none: the store's file system), the \
             bytes used (in blocks, as the capacity counts them), free, and available for important \

@@ -180,14 +180,14 @@ struct BundleSigningTests {
             let failure = try #require(result.failure(store: "STORE"))
             #expect(!failure.message.contains("\n"))
             #expect(
-                failure.message.hasSuffix("the app does not launch — reinstall it with 'containerfs create'")
+                failure.message.hasSuffix("the app does not launch — reinstall it with 'containerfs update STORE --bundle PATH/NAME.app' (its data is kept)")
                     || failure.message.contains("or pass --key"))
             if let change = tampering.expected.change {
                 #expect(result.problem == nil)
                 #expect(result.changes.map(\.summary) == [change])
                 #expect(
                     failure.message
-                        == "bundle of STORE was changed: \(change); the app does not launch — reinstall it with 'containerfs create'")
+                        == "bundle of STORE was changed: \(change); the app does not launch — reinstall it with 'containerfs update STORE --bundle PATH/NAME.app' (its data is kept)")
             }
             if let problem = tampering.expected.problem {
                 #expect(result.changes.isEmpty)

@@ -213,6 +213,102 @@ struct CLIErrorTests {
         #expect(result.stdout.contains("USAGE: containerfs mount") && result.stdout.contains("OPTIONS:"), "\(result)")
     }
 
+    // MARK: several paths, one bad
+
+    /// `exclude`, `include` and `protect` name several paths: one that is missing fails the
+    /// command before any is changed (SPEC §9: the store as it was), in one line that names
+    /// it and says what to do.
+    @Test func excludeIncludeAndProtectChangeNothingWhenOnePathIsMissing() throws {
+        let container = try MountedContainer()
+        let kept = container.stored("Library/kept")
+        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
+        let missing = container.stored("Documents/missing")
+        for command in ["exclude", "protect"] {
+            let extra = command == "protect" ? ["--class", "complete"] : []
+            let result = try unchangedStore(container) { try containerfs([command, kept, missing] + extra) }
+            expectUserError(result, status: 1, mentions: ["Documents/missing"], advice: ["name an existing"])
+        }
+        // The listing sees no attribute: look at them.
+        func attribute(_ name: String) throws -> Bool { try runProgram(["getfattr", "-n", name, kept]).status == 0 }
+        #expect(try !attribute("user.containerfs.exclude-from-backup"), "exclude changed the first path")
+        #expect(try !attribute("user.containerfs.protection"), "protect changed the first path")
+        #expect(try containerfs(["exclude", kept]).status == 0)
+        let result = try unchangedStore(container) { try containerfs(["include", kept, missing]) }
+        expectUserError(result, status: 1, mentions: ["Documents/missing"], advice: ["name an existing"])
+        #expect(try attribute("user.containerfs.exclude-from-backup"), "include changed the first path")
+    }
+
+    /// `deliver A MISSING` hands nothing over: the Inbox stays empty.
+    @Test func deliverWithOneMissingFileDeliversNothing() throws {
+        let container = try MountedContainer()
+        let present = container.base + "/report.txt"
+        try Data("report\n".utf8).write(to: URL(fileURLWithPath: present))
+        let result = try unchangedStore(container) { try containerfs(["deliver", container.store, present, container.base + "/absent.txt"]) }
+        expectUserError(result, status: 1, mentions: ["absent.txt"], advice: ["name an existing"])
+        #expect(result.stdout.isEmpty, "nothing may be delivered: \(result.stdout)")
+    }
+
+    /// A path that does not exist, named to `share`, `run --grant` or `check`, is one line
+    /// that says what to do (SPEC §9), not the bare errno, nor a report's working name.
+    @Test func missingPathsSayWhatToDo() throws {
+        let plist = Array(#"<plist version="1.0"><dict><key>UIFileSharingEnabled</key><true/></dict></plist>"#.utf8)
+        let container = try MountedContainer(infoPlist: plist)
+        let store = container.store, absent = container.base + "/absent"
+        let cases: [([String], String, String)] = [
+            (["share", store, "ls", "missing"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "get", "missing", container.base + "/out"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "rm", "missing"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "mv", "missing", "b"], "Documents/missing", "share \(store) ls"),
+            (["share", store, "put", absent], absent, "name an existing"),
+            (["run", store, "--grant", absent, "--", "true"], absent, "name an existing"),
+            (["check", store, "--config", absent + ".json"], absent + ".json", "name an existing"),
+            (["check", store, "--junit", absent + "/report.xml"], absent + "/report.xml", "create it"),
+        ]
+        for (arguments, mention, advice) in cases {
+            let result = try unchangedStore(container) { try containerfs(arguments) }
+            expectUserError(result, mentions: [mention], advice: [advice])
+            #expect(!result.stderr.contains(".partial-"), "\(arguments): \(result.stderr)")
+        }
+    }
+
+    /// `share` of an app whose Info.plist does not allow file sharing (or does not parse)
+    /// says how to allow it, not only that it is off.
+    @Test(arguments: [nil, #"<plist version="1.0"><dict><key>CFBundleName</key><string>Demo</string></dict></plist>"#])
+    func shareOfAnAppThatDoesNotAllowItSaysHow(plist: String?) throws {
+        let container = try MountedContainer(infoPlist: plist.map { Array($0.utf8) })
+        let result = try unchangedStore(container) { try containerfs(["share", container.store, "ls"]) }
+        expectUserError(result, status: 1, mentions: ["file sharing is off"], advice: ["UIFileSharingEnabled</key><true/> to Demo.app/Info.plist"])
+        #expect(result.stderr.contains("containerfs update \(container.store) --bundle"), "\(result.stderr)")
+    }
+
+    /// `purge --until-free` refused, with another option or on a running container, says
+    /// which option to drop or what to unmount, not only that it is refused.
+    @Test func purgeUntilFreeRefusalsSayWhatToDo() throws {
+        let container = try MountedContainer()
+        for option in ["--json", "--dry-run", "--include-running"] {
+            let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--until-free", "1M", option]) }
+            expectUserError(result, status: 64, mentions: [option], advice: ["drop \(option)"])
+        }
+        try container.mount()
+        let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--until-free", "1M"]) }
+        expectUserError(result, status: 1, mentions: ["in use"], advice: ["containerfs unmount \(container.mountpoint)"])
+    }
+
+    /// `lock` of a device folder none of whose containers is mounted, and an object-store
+    /// command given something that is not an s3:// URL: the line says what to do.
+    @Test func lockOfAnIdleDeviceAndANonURLSayWhatToDo() throws {
+        let scene = try CLIScene()
+        let device = scene.base + "/device"
+        try FileManager.default.createDirectory(atPath: device, withIntermediateDirectories: true)
+        #expect(try containerfs(["create", device + "/App", "--bundle", scene.bundle, "--group", "group.com.example.idle"]).status == 0)
+        for command in ["lock", "unlock"] {
+            let result = try scene.unchanged { try containerfs([command, device]) }
+            expectUserError(result, status: 1, mentions: [device, "mounted"], advice: ["containerfs mount", "containerfs run"])
+        }
+        let result = try containerfs(["backups", "notaurl"])
+        expectUserError(result, status: 64, mentions: ["notaurl"], advice: ["write s3://BUCKET"])
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {

@@ -181,7 +181,7 @@ struct DeliverTests {
         let container = try MountedContainer()
         let missingFile = try containerfs(["deliver", container.store, container.base + "/no-such-file"])
         #expect(missingFile.status == 1)
-        #expect(missingFile.stderr == "containerfs: cannot read \(container.base)/no-such-file: No such file or directory\n")
+        #expect(missingFile.stderr == "containerfs: cannot read \(container.base)/no-such-file (No such file or directory): name an existing file or folder to deliver; nothing was delivered\n")
         let missingStore = try containerfs(["deliver", container.base + "/no-store", try hostFile(container, "a.txt", "a")])
         #expect(missingStore.status == 1)
         #expect(missingStore.stderr == "containerfs: no store at \(container.base)/no-store: make one with 'containerfs create \(container.base)/no-store --bundle NAME.app'\n")

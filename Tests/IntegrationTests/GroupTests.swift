@@ -385,6 +385,31 @@ struct GroupTests {
         #expect(full.stdout.contains("No space left on device"), "\(full)")
     }
 
+    /// `usage` of a group container shows its own areas (SPEC §8, §15): the root its members
+    /// write and `Library/`, backed up, and `Library/Caches/`, purgeable — not an app's
+    /// bundle, Documents, Inbox and tmp, which it has not. Files at the root were counted
+    /// nowhere.
+    @Test func usageOfAGroupShowsItsRootLibraryAndCaches() throws {
+        let device = try GroupDevice()
+        try FileManager.default.createDirectory(atPath: device.groupStore + "/shared", withIntermediateDirectories: true)
+        try Data(count: 5000).write(to: URL(fileURLWithPath: device.groupStore + "/shared/notes.sqlite"))
+        try Data(count: 3).write(to: URL(fileURLWithPath: device.groupStore + "/top.txt"))
+        try Data(count: 700).write(to: URL(fileURLWithPath: device.groupStore + "/Library/Preferences/p.plist"))
+        try Data(count: 40).write(to: URL(fileURLWithPath: device.groupStore + "/Library/Caches/thumb.png"))
+        let result = try containerfs(["usage", device.groupStore, "--json"])
+        #expect(result.status == 0, "\(result)")
+        let stores = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]])
+        let areas = try #require(stores.first?["areas"] as? [[String: Any]])
+        let summary = areas.map { "\($0["area"] ?? "?") \($0["path"] ?? "?") \($0["bytes"] ?? "?") \($0["backedUp"] as? Bool ?? false) \($0["purgeable"] as? Bool ?? false)" }
+        #expect(summary == ["root . 5003 true false", "Library Library 700 true false", "Caches Library/Caches 40 false true"], "\(summary)")
+        #expect(stores.first?["totalBytes"] as? Int == 5743)
+        let backup = try containerfs(["backup", device.groupStore, "--list", "--json"])
+        let listed = try #require(try JSONSerialization.jsonObject(with: Data(backup.stdout.utf8)) as? [String: Any])
+        #expect(listed["totalBytes"] as? Int == 5703, "usage's backed-up areas and the backup set agree: \(backup)")
+        let table = try containerfs(["usage", device.groupStore])
+        #expect(!table.stdout.contains("bundle") && !table.stdout.contains("Inbox"), "\(table)")
+    }
+
     /// One device's capacity, shared by the app, its widget and their group, through three
     /// daemons (two apps' mounts, the group's): the app fills the device, and the widget —
     /// which has no capacity of its own — is refused growth in its own Documents/ and in the

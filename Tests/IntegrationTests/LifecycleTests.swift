@@ -286,6 +286,23 @@ struct LifecycleTests {
         try expectCleanedUp(container)
     }
 
+    /// SPEC §10: purge removes the folders it empties below `Library/Caches` (never that
+    /// one), also the purge between launches; a folder the app left empty itself stays.
+    @Test("--purge-between caches removes the cache folders it empties, as purge does")
+    func purgeBetweenRemovesEmptiedFolders() throws {
+        let container = try MountedContainer()
+        let program = """
+            if [ -e Documents/second ]; then ls -A Library/Caches; exit 0; fi
+            mkdir -p Library/Caches/deep/er Library/Caches/empty && echo x > Library/Caches/deep/er/f && touch Documents/second
+            """
+        let result = try containerfsRun(container, ["--launches", "2", "--purge-between", "caches", "--seed", "1"], ["sh", "-c", program])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stderr.contains("before launch 2: tmp/ emptied; all 1 cache file purged"), "\(result)")
+        #expect(result.stdout == "empty\n", "launch 2 must find no folder the purge emptied: \(result.stdout.debugDescription)")
+        #expect(access(container.stored("Library/Caches/deep"), F_OK) != 0, "Library/Caches/deep was left in the store")
+        #expect(access(container.stored("Library/Caches/CACHEDIR.TAG"), F_OK) == 0)
+    }
+
     @Test("a signal during a launch reaches the program as in a single run, and no launch follows")
     func signalDuringALaunch() throws {
         let container = try MountedContainer()

@@ -89,7 +89,9 @@ private func isListedMount(_ path: String) -> Bool {
     }
 }
 
-private let reinstall = "the app does not launch — reinstall it with 'containerfs create'"
+private func reinstall(_ store: String) -> String {
+    "the app does not launch — reinstall it with 'containerfs update \(store) --bundle PATH/NAME.app' (its data is kept)"
+}
 
 @Suite("Signing")
 struct SigningTests {
@@ -131,7 +133,7 @@ struct SigningTests {
                 warning: Demo.app/ext: symlink leads outside the bundle ("/etc/hosts")
 
                 """)
-        #expect(result.stderr == "containerfs: bundle of \(container.store) was changed: 5 entries (listed above); \(reinstall)\n")
+        #expect(result.stderr == "containerfs: bundle of \(container.store) was changed: 5 entries (listed above); \(reinstall(container.store))\n")
 
         let json = try container.run(["verify", container.store, "--json", "--full"])
         #expect(json.status == 1)
@@ -200,12 +202,45 @@ struct SigningTests {
         #expect(result.stderr.hasPrefix("containerfs: no installer key at \(container.base)/keys/missing.key: "))
     }
 
+    /// The refusal of a tampered bundle names a command that repairs it: `create` refuses
+    /// an existing store, `update` installs the bundle afresh and keeps the data.
+    @Test func theTamperedBundleAdviceRepairsIt() throws {
+        let container = try SignedStore()
+        try container.write("Documents/notes.txt", "mine\n")
+        try container.write("Demo.app/Info.plist", "<plist>DEMO</plist>\n")
+        let refused = try container.run(["mount", container.store, container.mountpoint])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("reinstall it with 'containerfs update \(container.store) --bundle PATH/NAME.app'"), "\(refused)")
+        let repaired = try container.run(["update", container.store, "--bundle", container.base + "/Demo.app"])
+        #expect(repaired.status == 0, "\(repaired)")
+        #expect(try container.run(["verify", container.store]).status == 0)
+        #expect((try? String(contentsOfFile: container.stored("Documents/notes.txt"), encoding: .utf8)) == "mine\n")
+    }
+
+    /// With the installer key lost, neither `create` (the store exists) nor `update` (it
+    /// verifies first) can reinstall in place: the line names the way that works, a backup
+    /// restored with a fresh install, and following it gives a container that verifies.
+    @Test func aLostKeysAdviceGivesAContainerThatVerifies() throws {
+        let container = try SignedStore()
+        try container.write("Documents/notes.txt", "mine\n")
+        let lost = container.base + "/keys/lost.key"
+        let refused = try container.run(["verify", container.store], key: lost)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("'containerfs backup STORE FILE.tar', then 'containerfs restore FILE.tar NEWSTORE --bundle PATH/NAME.app'"), "\(refused)")
+        let archive = container.base + "/notes.tar", restored = container.base + "/restored"
+        #expect(try runProgram([containerfsBinary, "backup", container.store, archive]).status == 0)
+        let made = try runProgram([containerfsBinary, "restore", archive, restored, "--bundle", container.base + "/Demo.app", "--key", lost])
+        #expect(made.status == 0, "\(made)")
+        #expect(try runProgram([containerfsBinary, "verify", restored, "--key", lost]).status == 0)
+        #expect((try? String(contentsOfFile: restored + "/Documents/notes.txt", encoding: .utf8)) == "mine\n")
+    }
+
     @Test func mountRefusesATamperedBundle() throws {
         let container = try SignedStore()
         try container.write("Demo.app/Info.plist", "<plist>DEMO</plist>\n")
         let result = try container.run(["mount", container.store, container.mountpoint])
         #expect(result.status == 1)
-        #expect(result.stderr == "containerfs: bundle of \(container.store) was changed: Demo.app/Info.plist (content); \(reinstall)\n")
+        #expect(result.stderr == "containerfs: bundle of \(container.store) was changed: Demo.app/Info.plist (content); \(reinstall(container.store))\n")
         #expect(!isMountPoint(container.mountpoint))
 
         // Put back byte for byte, it launches again.
@@ -250,7 +285,7 @@ struct SigningTests {
         let mounted = try container.run(["mount", container.store, container.mountpoint])
         defer { container.unmount() }
         #expect(mounted.status == 1, "\(mounted)")
-        #expect(mounted.stderr == "containerfs: bundle of \(container.store) was changed: Demo.app/run.sh (hard link); \(reinstall)\n")
+        #expect(mounted.stderr == "containerfs: bundle of \(container.store) was changed: Demo.app/run.sh (hard link); \(reinstall(container.store))\n")
         #expect(!isMountPoint(container.mountpoint))
         // The second name gone, it launches again.
         unlink(container.stored("Documents/run.sh"))

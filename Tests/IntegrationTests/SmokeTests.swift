@@ -15,6 +15,17 @@ struct SmokeTests {
         }
     }
 
+    /// `-o auto_unmount` goes to libfuse, which leaves fusermount3 running beside the daemon
+    /// to unmount after it: `mount` still returns once the mount is ready (SPEC §8). It waited
+    /// for fusermount3 to close the daemon's readiness pipe, that is forever.
+    @Test func mountWithAutoUnmountReturnsWhenReady() throws {
+        let container = try MountedContainer()
+        let result = try runProgram(["timeout", "-s", "KILL", "60", containerfsBinary, "mount", container.store, container.mountpoint, "-o", "auto_unmount"])
+        #expect(result.status == 0, "mount -o auto_unmount did not return (137: killed after 60 s): \(result)")
+        #expect(isMountPoint(container.mountpoint))
+        #expect(try containerfs(["unmount", container.mountpoint]).status == 0)
+    }
+
     @Test func bundleWriteIsDeniedWithEPERMAndAudited() throws {
         try withMountedContainer { container in
             let before = try treeDigest(container.stored("Demo.app"))
