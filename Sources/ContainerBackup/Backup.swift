@@ -106,8 +106,10 @@ struct BackupWriter {
     var manifestRoom = 0
     var manifestFilled = 0
     var manifestHasher = SHA256()
-    /// The first path written for each hard-linked file.
-    var written: [InodeIdentity: ContainerPath] = [:]
+    /// The first path written for each hard-linked file, and its change time then: an
+    /// inode number freed during the backup can go to a new file, which must not become a
+    /// hard link to the old one's entry (nor may a file changed since its first name).
+    var written: [InodeIdentity: (path: ContainerPath, changed: timespec)] = [:]
     /// Two buffers: one is read into while the other's chunk is being hashed.
     let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096),
                    UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
@@ -231,12 +233,12 @@ struct BackupWriter {
             try sys { fstat(fd, &before) }
             guard before.st_mode & S_IFMT == S_IFREG else { return false }
             let identity = InodeIdentity(before)
-            if before.st_nlink > 1, let first = written[identity] {
+            if before.st_nlink > 1, let first = written[identity], same(first.changed, before.st_ctim) {
                 var header = header(item, info: ItemStat(before))
-                header.hardLinkTarget = first.bytes
+                header.hardLinkTarget = first.path.bytes
                 try writer.writeHeader(header)
                 try writer.finishEntry()
-                try record(.hardLink(item.path, target: first))
+                try record(.hardLink(item.path, target: first.path))
                 return true
             }
             // A write in the same tick of the kernel's coarse clock as the last one leaves
@@ -288,7 +290,7 @@ struct BackupWriter {
             try writer.finishEntry()
             let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
             try record(.file(item.path, sha256: digest))
-            if before.st_nlink > 1 { written[identity] = item.path }
+            if before.st_nlink > 1 { written[identity] = (item.path, before.st_ctim) }
             summary.files += 1
             summary.bytes += Int64(before.st_size)
             return true
