@@ -21,7 +21,8 @@ GNU tar (`tar -tv --full-time`, names as bytes, and an extraction) and the proce
 
 - the report's entries, files and bytes are what GNU tar lists;
 - nothing in it lies in Library/Caches, tmp or outside Documents and Library; no item that
-  was excluded during the whole backup (itself or a folder above it) is in it;
+  was excluded during the whole backup (itself or a folder above it) is in it, and the
+  report's "excluded" names each such item whose folder above is not excluded;
 - every file in it holds a state its file really had: its name gives the file, its
   content a version of it, whole, and a length that version had;
 - every file and folder the processes left alone during the whole backup is in it, with
@@ -465,6 +466,17 @@ class Expectation:
                 wanted[path] = None
         return wanted
 
+    def excluded_tops(self):
+        """Untouched items excluded by their own attribute, with no excluded folder above:
+        the report's list of excluded items must name each."""
+        tops = []
+        for path in list(self.files) + list(self.dirs):
+            parent = path.rsplit("/", 1)[0]
+            own = self.dirs[path] if path in self.dirs else self.files[path][4]
+            if own and in_set(path) and not self.excluded(parent) and not self.touched(path):
+                tops.append(path)
+        return sorted(tops)
+
     def own(self, path):
         return path not in ROOTS + STANDARD and not self.touched(path)
 
@@ -546,6 +558,10 @@ def check_backup(name, report, archive, expect, history, workdir, bundle, env):
             problems.append("%s: %s was excluded during the whole backup and is in it" % (name, path))
         elif path not in expect.files and path not in expect.dirs:
             problems.append("%s: %s did not exist during the whole backup and is in it" % (name, path))
+    reported = set(report["excluded"])
+    for path in expect.excluded_tops():
+        if printable(path) not in reported:
+            problems.append("%s: %s was excluded during the whole backup and the report does not name it" % (name, path))
     # The restore verifies every file against the manifest; it then holds what tar extracted.
     restored = os.path.join(workdir, "restored")
     result = subprocess.run([BINARY, "restore", archive, restored, "--bundle", bundle, "--json"], capture_output=True, env=env)
@@ -584,6 +600,10 @@ def check_list(name, listing, expect):
             problems.append("%s: %s was left alone during the listing and is not listed" % (name, path))
         elif info is not None and item["type"] == "file" and item["size"] != info[2]:
             problems.append("%s: %s is listed at %d bytes, it had %d" % (name, path, item["size"], info[2]))
+    reported = {item["path"] for item in listing["excluded"]}
+    for path in expect.excluded_tops():
+        if printable(path) not in reported:
+            problems.append("%s: %s was excluded during the whole listing and it does not name it" % (name, path))
     for path in expect.files:
         if expect.own(path) and in_set(path) and expect.excluded(path) and printable(path) in items:
             problems.append("%s: %s was excluded during the whole listing and is listed" % (name, path))
