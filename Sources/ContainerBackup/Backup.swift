@@ -245,6 +245,11 @@ struct BackupWriter {
             // the times as they are: wait until that tick is over, so any write from now on
             // shows. ctime, because no program can set it.
             if !waitForTickAfter(before.st_ctim) { continue }
+            // A write that began before that (its times stamped in the tick now over) may
+            // still be copying its data: wait for it. The file system holds the inode's lock
+            // through a whole write, and SEEK_HOLE takes it (ext4, btrfs, tmpfs); any
+            // write from here on stamps a later time, which the check after the read sees.
+            _ = lseek(fd, 0, seekHole)
             let mark = writer.sink.markRewindPoint()
             var fileHeader = header(item, info: ItemStat(before))
             fileHeader.size = Int64(before.st_size)
@@ -309,6 +314,9 @@ private func writeNewlines(_ count: Int, _ body: (UnsafeRawBufferPointer) throws
         left -= length
     }
 }
+
+/// `SEEK_HOLE` (Linux's value): Swift's Glibc module leaves it out (it is a GNU extension).
+private let seekHole: Int32 = 4
 
 private func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 

@@ -194,6 +194,65 @@ struct BackupCLITests {
         }
     }
 
+    /// A write still copying its data when the backup stats the file (its times stamped as
+    /// it began) is waited for, never archived half done. Made certain: the writer's
+    /// source is a file mapped from a second container whose daemon is stopped, so the
+    /// write copies the first 2 MiB (in the page cache) and waits in the fault on the
+    /// rest, holding the file's lock. Before, the backup read 2 MiB new and 2 MiB old, saw
+    /// the same times after the read and archived it (a soak of the backup soak's kind
+    /// then saw 4 to 12 torn archives in 30); now it waits for the write, then reads it whole.
+    @Test func aWriteInProgressWhenTheFileIsStatedIsNeverArchivedTorn() throws {
+        let source = try MountedContainer()
+        try source.mount(options: ["nopassthrough"])
+        defer { source.unmount() }
+        try Data(repeating: 0x42, count: 4 << 20).write(to: URL(fileURLWithPath: source.mounted("Documents/v")))
+        try withMountedContainer { container in
+            let path = container.mounted("Documents/large.bin")
+            try Data(repeating: 0x41, count: 4 << 20).write(to: URL(fileURLWithPath: path))
+            let ready = container.base + "/ready", go = container.base + "/go"
+            let writer = try BackgroundProgram(["/usr/bin/env", "python3", "-c", """
+                import mmap, os, sys, time
+                fd, source = os.open(sys.argv[1], os.O_WRONLY), os.open(sys.argv[2], os.O_RDONLY)
+                os.posix_fadvise(source, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.pread(source, 2 << 20, 0)  # the first half in the page cache, not the second
+                os.posix_fadvise(source, 2 << 20, 0, os.POSIX_FADV_DONTNEED)
+                data = mmap.mmap(source, 4 << 20, prot=mmap.PROT_READ)
+                open(sys.argv[3], "w").close()
+                while not os.path.exists(sys.argv[4]): time.sleep(0.01)
+                os.pwrite(fd, data, 0)
+                """, path, source.mounted("Documents/v"), ready, go])
+            defer { kill(writer.pid, SIGKILL) }
+            #expect(waitForFile(ready), "the writer did not start")
+            let daemon = try daemonPID(source.store)
+            kill(daemon, SIGSTOP)
+            defer { kill(daemon, SIGCONT) }
+            FileManager.default.createFile(atPath: go, contents: nil)
+            // The write is under way once the file's first byte is the new one.
+            let stored = container.stored("Documents/large.bin")
+            let deadline = Date().addingTimeInterval(20)
+            func first() -> UInt8? { FileHandle(forReadingAtPath: stored).flatMap { try? $0.read(upToCount: 1)?.first } }
+            while first() != 0x42, Date() < deadline { usleep(10_000) }
+            try #require(first() == 0x42, "the write did not begin")
+            let archive = container.base + "/large.tar"
+            let backup = try BackgroundProgram([containerfsBinary, "backup", container.store, archive])
+            // Time for the backup to reach the file while the write waits (it reaches it
+            // in milliseconds); then the write is let go.
+            usleep(1_500_000)
+            kill(daemon, SIGCONT)
+            let result = backup.wait(seconds: 60)
+            #expect(result.status == 0, "\(result)")
+            #expect(writer.wait(seconds: 30).status == 0, "the writer failed")
+            guard result.status == 0 else { return }
+            let extracted = container.base + "/x"
+            try FileManager.default.createDirectory(atPath: extracted, withIntermediateDirectories: true)
+            let untarred = try runProgram(["tar", "-xf", archive, "-C", extracted, "Documents/large.bin"])
+            try #require(untarred.status == 0, "\(untarred)")
+            let data = try Data(contentsOf: URL(fileURLWithPath: extracted + "/Documents/large.bin"))
+            #expect(data.count == 4 << 20)
+            #expect(Set(data).count == 1, "the archived file mixes versions: \(Set(data).sorted())")
+        }
+    }
+
     /// Files made and deleted over and over through the mount while backups scan the
     /// container: a file gone between its stat and the read of its attributes is left out,
     /// as one gone before its stat is, and the backup goes on (before, the whole backup failed with
