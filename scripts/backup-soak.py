@@ -31,6 +31,10 @@ GNU tar (`tar -tv --full-time`, names as bytes, and an extraction) and the proce
 - `containerfs restore` of it (which verifies every file against the manifest) succeeds,
   and the restored container holds what GNU tar extracted, file for file.
 
+A backup during the round may fail naming a file that "kept changing while it was read"
+(docs/backup.md: a file written through every read): that is counted and printed, not a
+failure, unless more backups end so than are checked; the backup at rest must succeed.
+
 The list form gets the same checks on names and sizes. The seed decides every operation of
 every process (each works in its own names, so what it meets is its own doing); the moments
 of the backups are drawn from it too; the interleaving is the machine's. A failure prints
@@ -631,7 +635,7 @@ def main():
     os.makedirs(mountpoint)
     with open(bundle + "/Info.plist", "w") as f:
         f.write("<plist>soak</plist>\n")
-    failures, figures, operations = [], [], 0
+    failures, figures, operations, gave_up = [], [], 0, []
     models = [Model(n) for n in range(options.workers)]
     history = {}
     chance = random.Random("backups/%d" % options.seed)
@@ -687,8 +691,12 @@ def main():
             result = subprocess.run([BINARY, "backup", store, archive, "--json"], capture_output=True, env=env)
             taken.append(("round %d, still backup" % round, archive, start, MONITOR(), result))
             for name, archive, start, end, result in taken:
+                error = result.stderr.decode(errors="replace").strip()
+                if result.returncode == 1 and "kept changing while it was read" in error and "still" not in name:
+                    gave_up.append("%s: %s" % (name, error))  # documented: a file busy through every read
+                    continue
                 if result.returncode != 0:
-                    failures.append("%s: exit %d: %s" % (name, result.returncode, result.stderr.decode(errors="replace").strip()))
+                    failures.append("%s: exit %d: %s" % (name, result.returncode, error))
                     continue
                 expect = Expectation(start, end, states, logs)
                 report = json.loads(result.stdout)
@@ -720,6 +728,10 @@ def main():
           % (options.seed, (" -o %s" % options.options if options.options else "") + (" capacity %d MiB" % options.capacity if options.capacity else ""),
              options.rounds, options.workers, operations, len(figures), spread([f[0] for f in figures]),
              spread([f[1] for f in figures], 1 << 20), spread([f[2] for f in figures]), MONITOR() - started))
+    for note in gave_up:
+        print("note (seed %d): gave up on a busy file, as documented: %s" % (options.seed, note))
+    if len(gave_up) > len(figures):
+        failures.append("more backups gave up on a busy file (%d) than were checked (%d)" % (len(gave_up), len(figures)))
     if failures:
         for failure in failures[:40]:
             print("FAIL (seed %d): %s" % (options.seed, failure))
