@@ -41,7 +41,7 @@ of the backups are drawn from it too; the interleaving is the machine's. A failu
 the seed and what differed: replay with the same options. Needs root (it mounts); CONTAINERFS
 names the binary (default: .build/debug/containerfs).
 """
-import argparse, errno, hashlib, json, multiprocessing, os, random, re, shutil, subprocess, sys, tempfile, time
+import argparse, errno, json, multiprocessing, os, random, re, shutil, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("CONTAINERFS", os.path.join(ROOT, ".build/debug/containerfs"))
@@ -55,7 +55,7 @@ STANDARD = ["Documents/Inbox", "Library/Preferences"]
 LEAF = re.compile(r"^(w\d+f\d{5})")
 SUFFIXES = ["", "", "", " two words", "-\u00e9t\u00e9", "-\udcff\udce9"]  # the last: not UTF-8 (bytes ff e9)
 MAX_LENGTH = 1 << 20  # one write: the mount's max_write, so a version lands in one request
-MONITOR = time.monotonic
+clock = time.monotonic  # one clock for every process: the backups' and the operations' times compare
 
 
 class SoakFailure(Exception):
@@ -373,12 +373,12 @@ class Worker:
         operations, weights = zip(*self.OPERATIONS)
         while not stop.is_set() and done < most:
             operation = self.random.choices(operations, weights)[0]
-            start = MONITOR()
+            start = clock()
             try:
                 changed = operation(self)
             except OSError as e:
                 raise SoakFailure("worker %d, operation %d (%s): %s" % (self.number, done, operation.__name__, e)) from e
-            end = MONITOR()
+            end = clock()
             if changed:
                 log.append((start, end, changed, self.model.snapshot()))
             done += 1
@@ -451,7 +451,7 @@ class Expectation:
         parts = path.split("/")
         return any("/".join(parts[:n]) in self.touched_set for n in range(1, len(parts) + 1))
 
-    def excluded(self, path, key=None):
+    def excluded(self, path):
         parts = path.split("/")
         if any(self.dirs.get("/".join(parts[:n]), False) for n in range(1, len(parts) + 1)):
             return True
@@ -626,7 +626,7 @@ def main():
     options = parser.parse_args()
     if options.workers > 9:
         parser.error("at most 9 workers (their names have one digit)")
-    started = MONITOR()
+    started = clock()
 
     base = tempfile.mkdtemp(prefix="containerfs-backup-soak-")
     store, mountpoint, bundle = base + "/store", base + "/mnt", base + "/Soak.app"
@@ -656,20 +656,20 @@ def main():
             taken = []
             listing_at = chance.randrange(options.backups + 1)
             for number in range(options.backups + 1):
-                wait_until = MONITOR() + 30
+                wait_until = clock() + 30
                 goal = progress.value + chance.randrange(20, 120)
-                while progress.value < goal and not stop.is_set() and MONITOR() < wait_until:
+                while progress.value < goal and not stop.is_set() and clock() < wait_until:
                     time.sleep(0.01)
                 if stop.is_set():
                     break  # a worker failed
-                start = MONITOR()
+                start = clock()
                 if number == listing_at:
                     result = subprocess.run([BINARY, "backup", store, "--list", "--json"], capture_output=True, env=env)
-                    taken.append(("round %d, listing" % round, None, start, MONITOR(), result))
+                    taken.append(("round %d, listing" % round, None, start, clock(), result))
                 else:
                     archive = "%s/r%d-b%d.tar" % (base, round, number)
                     result = subprocess.run([BINARY, "backup", store, archive, "--json"], capture_output=True, env=env)
-                    taken.append(("round %d, backup %d" % (round, number), archive, start, MONITOR(), result))
+                    taken.append(("round %d, backup %d" % (round, number), archive, start, clock(), result))
             stop.set()
             outcomes = sorted(results.get(timeout=600) for _ in processes)
             for process in processes:
@@ -686,10 +686,10 @@ def main():
             if failures:
                 break
             # And one of the still container: exactly what the models say.
-            start = MONITOR()
+            start = clock()
             archive = "%s/r%d-still.tar" % (base, round)
             result = subprocess.run([BINARY, "backup", store, archive, "--json"], capture_output=True, env=env)
-            taken.append(("round %d, still backup" % round, archive, start, MONITOR(), result))
+            taken.append(("round %d, still backup" % round, archive, start, clock(), result))
             for name, archive, start, end, result in taken:
                 error = result.stderr.decode(errors="replace").strip()
                 if result.returncode == 1 and "kept changing while it was read" in error and "still" not in name:
@@ -727,7 +727,7 @@ def main():
           "paths changed during each %s; %.0f s"
           % (options.seed, (" -o %s" % options.options if options.options else "") + (" capacity %d MiB" % options.capacity if options.capacity else ""),
              options.rounds, options.workers, operations, len(figures), spread([f[0] for f in figures]),
-             spread([f[1] for f in figures], 1 << 20), spread([f[2] for f in figures]), MONITOR() - started))
+             spread([f[1] for f in figures], 1 << 20), spread([f[2] for f in figures]), clock() - started))
     for note in gave_up:
         print("note (seed %d): gave up on a busy file, as documented: %s" % (options.seed, note))
     if len(gave_up) > len(figures):
