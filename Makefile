@@ -66,8 +66,8 @@ bench-compare: release
 SOAK_SEEDS ?= $(shell seq 101 120)
 # Then the backup soak (docs/backup.md): backups and a listing of a mounted container while
 # three processes change it, each checked against GNU tar, the processes' logs and a
-# restore; three seeds as they come, one with a capacity, one with -o power-loss, about two
-# minutes in all. A failure prints its seed: replay with scripts/backup-soak.py SEED (same options).
+# restore; three seeds as they come, one with a capacity, one with -o power-loss: 40 s on a
+# quiet machine, two minutes on a busy one. A failure prints its seed: replay with scripts/backup-soak.py SEED (same options).
 BACKUP_SOAK_SEEDS ?= 1 2 3
 BACKUP_SOAK = CONTAINERFS=$(BIN) python3 scripts/backup-soak.py --rounds 3 --workers 3 --backups 6
 # Then the power-loss soak (docs/power-loss.md): sqlite3 in WAL and TRUNCATE with
