@@ -64,6 +64,12 @@ bench-compare: release
 # count four blocks off the walk (a rare one-block race, docs/capacity.md); make test's three
 # seeds allow none.
 SOAK_SEEDS ?= $(shell seq 101 120)
+# Then the backup soak (docs/backup.md): backups and a listing of a mounted container while
+# three processes change it, each checked against GNU tar, the processes' logs and a
+# restore; three seeds as they come, one with a capacity, one with -o power-loss: 40 s on a
+# quiet machine, two minutes on a busy one. A failure prints its seed: replay with scripts/backup-soak.py SEED (same options).
+BACKUP_SOAK_SEEDS ?= 1 2 3
+BACKUP_SOAK = CONTAINERFS=$(BIN) python3 scripts/backup-soak.py --rounds 3 --workers 3 --backups 6
 # Then the power-loss soak (docs/power-loss.md): sqlite3 in WAL and TRUNCATE with
 # synchronous=FULL and DELETE with EXTRA, 100 seeded power cuts each; a failure names the seed.
 POWER_SOAK_SEED ?= 1
@@ -73,6 +79,9 @@ soak: build
 	@for seed in $(SOAK_SEEDS); do \
 		CONTAINERFS=$(BIN) python3 scripts/capacity-soak.py $$seed --rounds 12 --workers 4 --ops 100 --tolerance 16384 || exit 1; \
 	done
+	@for seed in $(BACKUP_SOAK_SEEDS); do $(BACKUP_SOAK) $$seed || exit 1; done
+	$(BACKUP_SOAK) 4 --capacity 256
+	$(BACKUP_SOAK) 5 -o power-loss
 	CONTAINERFS=$(BIN) python3 scripts/power-soak.py $(POWER_SOAK_SEED) --cuts 100
 
 # The helper goes where mount(8) looks for mount.TYPE: /sbin (on a merged-/usr system, /usr/sbin).

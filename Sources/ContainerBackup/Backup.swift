@@ -106,8 +106,10 @@ struct BackupWriter {
     var manifestRoom = 0
     var manifestFilled = 0
     var manifestHasher = SHA256()
-    /// The first path written for each hard-linked file.
-    var written: [InodeIdentity: ContainerPath] = [:]
+    /// The first path written for each hard-linked file, and its change time then: an
+    /// inode number freed during the backup can go to a new file, which must not become a
+    /// hard link to the old one's entry (nor may a file changed since its first name).
+    var written: [InodeIdentity: (path: ContainerPath, changed: timespec)] = [:]
     /// Two buffers: one is read into while the other's chunk is being hashed.
     let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096),
                    UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)]
@@ -231,18 +233,23 @@ struct BackupWriter {
             try sys { fstat(fd, &before) }
             guard before.st_mode & S_IFMT == S_IFREG else { return false }
             let identity = InodeIdentity(before)
-            if before.st_nlink > 1, let first = written[identity] {
+            if before.st_nlink > 1, let first = written[identity], same(first.changed, before.st_ctim) {
                 var header = header(item, info: ItemStat(before))
-                header.hardLinkTarget = first.bytes
+                header.hardLinkTarget = first.path.bytes
                 try writer.writeHeader(header)
                 try writer.finishEntry()
-                try record(.hardLink(item.path, target: first))
+                try record(.hardLink(item.path, target: first.path))
                 return true
             }
             // A write in the same tick of the kernel's coarse clock as the last one leaves
             // the times as they are: wait until that tick is over, so any write from now on
             // shows. ctime, because no program can set it.
             if !waitForTickAfter(before.st_ctim) { continue }
+            // A write that began before that (its times stamped in the tick now over) may
+            // still be copying its data: wait for it. The file system holds the inode's lock
+            // through a whole write, and SEEK_HOLE takes it (ext4, btrfs, tmpfs); any
+            // write from here on stamps a later time, which the check after the read sees.
+            _ = lseek(fd, 0, seekHole)
             let mark = writer.sink.markRewindPoint()
             var fileHeader = header(item, info: ItemStat(before))
             fileHeader.size = Int64(before.st_size)
@@ -288,7 +295,7 @@ struct BackupWriter {
             try writer.finishEntry()
             let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
             try record(.file(item.path, sha256: digest))
-            if before.st_nlink > 1 { written[identity] = item.path }
+            if before.st_nlink > 1 { written[identity] = (item.path, before.st_ctim) }
             summary.files += 1
             summary.bytes += Int64(before.st_size)
             return true
@@ -307,6 +314,9 @@ private func writeNewlines(_ count: Int, _ body: (UnsafeRawBufferPointer) throws
         left -= length
     }
 }
+
+/// `SEEK_HOLE` (Linux's value): Swift's Glibc module leaves it out (it is a GNU extension).
+private let seekHole: Int32 = 4
 
 private func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 

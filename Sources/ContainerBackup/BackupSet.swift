@@ -113,7 +113,12 @@ public struct BackupSet: Sendable {
                 }
                 stack.append((childPath, childLocation, names))
             case S_IFREG:
-                let childAttributes = try ExtendedAttributes.user(at: fd, name)
+                let childAttributes: [ExtendedAttribute]
+                do {
+                    childAttributes = try ExtendedAttributes.user(at: fd, name)
+                } catch where error.code == ENOENT {
+                    continue  // deleted or moved since its stat: not in the set
+                }
                 if BackupExclusion.excludes(childAttributes) {
                     excluded.append((childPath, .file))
                     continue
