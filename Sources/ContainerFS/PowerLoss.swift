@@ -111,6 +111,9 @@ final class PowerLoss: @unchecked Sendable {
         /// empties it, found by a walk, and a program making any number of folders between
         /// two syncs (`tar x`) holds no descriptor for them.
         var fd: Int32
+        /// Without a descriptor: the folder's birth time, to tell it from another that took
+        /// its number (nil if the file system keeps none).
+        var born: Birth? = nil
         /// In the order first changed (the cut puts names back in that order).
         var names: [[UInt8]: DurableName] = [:]
         /// Folders a rename joined to this one: synced together.
@@ -132,7 +135,7 @@ final class PowerLoss: @unchecked Sendable {
         var folders: [InodeKey: FolderRecord] = [:]
         /// Folders made through the mount none of whose names became durable since: their
         /// records need no descriptor and save nothing.
-        var madeFolders: Set<InodeKey> = []
+        var madeFolders: [InodeKey: Birth?] = [:]
         var links = 0
         var cleanCount = 0
         /// Descriptors the records hold.
@@ -141,6 +144,15 @@ final class PowerLoss: @unchecked Sendable {
         var savedEnd: Int64 = 0
         /// Pieces that records hold there: none, and the file is emptied.
         var savedPieces = 0
+
+        /// Forgets the record without a descriptor of the folder `key`, made and removed since:
+        /// another folder took its number. Its joins go too: a sync of a folder it was joined
+        /// to must not make the names of the folder now there durable.
+        mutating func dropRemoved(_ key: InodeKey) {
+            guard let record = folders[key], record.fd < 0 else { return }
+            folders[key] = nil
+            for partner in record.partners { folders[partner]?.partners.remove(key) }
+        }
 
         /// Forgets the record of `key`, closing its descriptor and freeing its pieces.
         mutating func drop(_ key: InodeKey, savedBytes: Int32) {
@@ -352,14 +364,25 @@ final class PowerLoss: @unchecked Sendable {
     func madeFolder(in folderFD: Int32, _ name: UnsafePointer<CChar>) {
         var info = stat()
         guard fstatat(folderFD, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return }
-        state.withLock { _ = $0.madeFolders.insert(InodeKey(info)) }
+        let born = Birth.of(folderFD, Array(UnsafeRawBufferPointer(start: name, count: strlen(name))))
+        state.withLock { state in
+            let key = InodeKey(info)
+            state.madeFolders[key] = born
+            state.dropRemoved(key)
+        }
     }
 
     /// Before the name `name` of the folder `folderKey` (reachable at `folderFD`) changes.
     func naming(_ folderKey: InodeKey, folderFD: Int32, _ name: [UInt8]) throws(Errno) {
         try state.withLock { (state) throws(Errno) in
-            if state.folders[folderKey] == nil, state.madeFolders.contains(folderKey) {
-                state.folders[folderKey] = FolderRecord(fd: -1)
+            // A folder made and removed leaves its number, which another may take (ext4 gives
+            // it at once), one made behind the mount too: told apart by their birth times.
+            if let made = state.madeFolders[folderKey], let born = made, Birth.of(folderFD) != born {
+                state.madeFolders[folderKey] = nil
+                state.dropRemoved(folderKey)
+            }
+            if state.folders[folderKey] == nil, let born = state.madeFolders[folderKey] {
+                state.folders[folderKey] = FolderRecord(fd: -1, born: born)
             } else if state.folders[folderKey] == nil {
                 try roomForDescriptor(&state)
                 let fd = clinux_reopen(folderFD, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
@@ -495,7 +518,7 @@ final class PowerLoss: @unchecked Sendable {
         var pending = keys
         var freed: [InodeKey] = []
         while let next = pending.popLast() {
-            state.madeFolders.remove(next)
+            state.madeFolders[next] = nil
             guard let record = state.folders.removeValue(forKey: next) else { continue }
             pending += record.partners
             for moved in record.ordered.keys { state.drop(moved, savedBytes: savedBytesFD) }
@@ -612,11 +635,17 @@ final class PowerLoss: @unchecked Sendable {
             for record in state.folders.values { release(record) }
             // 2b. The folders made since and changed, found by a walk, emptied: nothing in
             //     them is durable. Durable folders moved into them were moved aside in 1.
-            let made = Set(state.folders.filter { $0.value.fd < 0 }.keys)
+            let made = state.folders.filter { $0.value.fd < 0 }.mapValues(\.born)
             if !made.isEmpty {
+                // A folder made again in 2 may have the number of one of them, removed since.
+                let remadeNow = Set(remade.values.compactMap { folder -> InodeKey? in
+                    var info = stat()
+                    return fstat(folder.fd, &info) == 0 ? InodeKey(info) : nil
+                })
                 Capacity.forEachNode(below: rootFD, skippingState: true) { folderFD, name, info in
                     let key = InodeKey(info)
-                    guard info.st_mode & S_IFMT == S_IFDIR, made.contains(key) else { return }
+                    guard info.st_mode & S_IFMT == S_IFDIR, let born = made[key], !remadeNow.contains(key) else { return }
+                    if let born, Birth.of(folderFD, name) != born { return }
                     let fd = withCName(name) { openat(folderFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
                     guard fd >= 0 else { return }
                     defer { close(fd) }
