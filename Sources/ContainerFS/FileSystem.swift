@@ -350,11 +350,7 @@ final class FileSystem: @unchecked Sendable {
         try check(.rename(from: source, to: target, exchange: exchange), caller, "rename",
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
-        let replaced = exchange ? nil : removing(to, newName, toName, replacing: true)
-        // The table may keep it until the kernel forgets it (InodeTable.removed): with a
-        // capacity it is held as an open file is, its blocks counted as long as they are kept.
-        let held = replaced.flatMap { space.isActive && inodes.holdReplaced($0) ? $0 : nil }
-        if let held { space.opened(held.key) }
+        let replaced = exchange ? nil : removing(to, newName, toName, keeping: true)
         // A new name in the target folder may grow it: refused when the container is full.
         // An exchange reuses both names, but either folder may still change: both counted.
         func renamed() throws(Errno) {
@@ -362,7 +358,7 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        do {
+        let released = try keptUntilForgotten(replaced) { () throws(Errno) in
             try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
                 if exchange {
                     try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
@@ -371,17 +367,6 @@ final class FileSystem: @unchecked Sendable {
                     try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
                 }
             }
-        } catch {
-            if let held {
-                inodes.unholdReplaced(held)
-                _ = space.closed(held.key)
-            }
-            throw error
-        }
-        let released = replaced.map { inodes.removed($0, replaced: true) } ?? InodeTable.Released()
-        if let held, !inodes.keeps(held) {
-            inodes.unholdReplaced(held)
-            releaseHeld(inodes.ino(held), held.key, released.freedBytes)
         }
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
@@ -391,19 +376,54 @@ final class FileSystem: @unchecked Sendable {
     /// Removes `name` from `directory`; a node that loses its last name lets go of its
     /// descriptor when no open file needs it, so its blocks are freed as natively.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> InodeTable.Released {
-        let node = removing(directory, name, childName)
-        try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
-            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
-        } }
-        return node.map { inodes.removed($0) } ?? InodeTable.Released()
+        let file = flags & AT_REMOVEDIR == 0
+        let node = removing(directory, name, childName, keeping: file)
+        let remove = { () throws(Errno) in
+            try self.trackingNames(directory, childName) { () throws(Errno) in try self.countingRemoval(directory, name, node) { () throws(Errno) in
+                try self.inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
+            } }
+        }
+        guard file else {
+            try remove()
+            return node.map { inodes.removed($0) } ?? InodeTable.Released()
+        }
+        return try keptUntilForgotten(node, remove)
     }
 
-    /// The known node at `name` in `directory`, about to lose that name (to a rename:
-    /// `replacing`).
-    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], replacing: Bool = false) -> Inode? {
+    /// Runs `removal`, which takes a name from the file `node` (nil: not known): one that
+    /// loses its last name is kept until the kernel forgets it (InodeTable.removed), and
+    /// with a capacity held as an open file is, its blocks counted as long as they are kept.
+    private func keptUntilForgotten(_ node: Inode?, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
+        let held = node.flatMap { space.isActive && inodes.holdKept($0) ? $0 : nil }
+        if let held {
+            space.opened(held.key)
+            // Before the removal: the kernel's `FORGET` may come before it returns.
+            space.removedAndKept(held.key)
+        }
+        do {
+            try removal()
+        } catch {
+            if let held {
+                inodes.unholdKept(held)
+                space.letGo(held.key)
+                _ = space.closed(held.key)
+            }
+            throw error
+        }
+        let released = node.map { inodes.removed($0, keptUntilForgotten: true) } ?? InodeTable.Released()
+        if let held, !inodes.keeps(held) {
+            inodes.unholdKept(held)
+            releaseHeld(inodes.ino(held), held.key, released.freedBytes)
+        }
+        return released
+    }
+
+    /// The known node at `name` in `directory`, about to lose that name; a file to be kept
+    /// until the kernel forgets it (`keeping`) is pinned.
+    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], keeping: Bool = false) -> Inode? {
         var info = stat()
         guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0 else { return nil }
-        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName, replacing: replacing)
+        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName, keeping: keeping)
     }
 
     /// Tells the table that whatever is now at `name` in `directory` moved there.
