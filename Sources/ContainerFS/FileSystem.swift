@@ -581,8 +581,19 @@ final class FileSystem: @unchecked Sendable {
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : size))
+        // An ACL naming root's program is recorded naming the store's owner, as its chowns are.
+        var recorded: [UInt8] = []
+        if let ownerMapping, let value, OwnerMapping.isACL(name) {
+            recorded = Array(UnsafeRawBufferPointer(start: value, count: size))
+            recorded.withUnsafeMutableBytes { ownerMapping.recordACL($0) }
+        }
         try trackingData(node, nil, nil) { () throws(Errno) in try countingAttributeBlocks(node, adding: true) { () throws(Errno) in
-            try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
+            try inodes.withDescriptor(node) { fd throws(Errno) in
+                try sys {
+                    recorded.isEmpty ? clinux_node_setxattr(fd, name, value, size, flags)
+                        : recorded.withUnsafeBytes { clinux_node_setxattr(fd, name, $0.baseAddress, size, flags) }
+                }
+            }
         } }
     }
 
@@ -601,7 +612,11 @@ final class FileSystem: @unchecked Sendable {
     func getxattr(_ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         let node = try inodes.inode(ino)
         guard !node.isSymlink else { throw Errno(ENODATA) }
-        return try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_getxattr(fd, name, buffer.baseAddress, buffer.count) } }
+        let count = try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_getxattr(fd, name, buffer.baseAddress, buffer.count) } }
+        if let ownerMapping, !buffer.isEmpty, OwnerMapping.isACL(name) {
+            ownerMapping.presentACL(UnsafeMutableRawBufferPointer(rebasing: buffer[..<min(count, buffer.count)]))
+        }
+        return count
     }
 
     func listxattr(_ ino: fuse_ino_t, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
