@@ -197,17 +197,20 @@ final class SpaceAccount: Sendable {
         settling.withLock { _ = $0.removeValue(forKey: key) }
     }
 
-    /// Waits for the files removed in the last `settlingWindow` to go (`settling`); returns
-    /// whether there were any. Those kept longer are held by a program: not waited for.
+    /// Waits for the files removed in the last `settlingWindow` before the call to go
+    /// (`settling`), never longer than that; returns whether there were any. Those kept
+    /// longer are held by a program, and those removed since are another request's: not
+    /// waited for.
     func awaitRemovals() -> Bool {
+        let start = monotonicSeconds()
         var waited = false
         while true {
             let now = monotonicSeconds()
             let pending = settling.withLock { table -> Bool in
                 table = table.filter { now - $0.value < Self.settlingWindow }
-                return !table.isEmpty
+                return table.values.contains { $0 <= start }
             }
-            guard pending else { return waited }
+            guard pending, now - start < Self.settlingWindow else { return waited }
             waited = true
             usleep(200)
         }
