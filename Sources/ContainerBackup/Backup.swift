@@ -365,7 +365,7 @@ extension BackupWriter {
             }
             position = end
         }
-        return SparseMap(regions: regions, size: size)
+        return SparseMap(regions: regions, size: size).alignedToTarBlocks
     }
 
     /// Writes a sparse entry's data: each hole passed to libarchive (which skips it), each

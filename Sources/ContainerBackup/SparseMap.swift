@@ -37,6 +37,28 @@ public struct SparseMap: Equatable, Sendable {
         regions.reduce(Int64(0)) { $0.addingReportingOverflow($1.length).overflow ? Int64.max : $0 + $1.length }
     }
 
+    /// The map with every region widened to whole 512-byte blocks (the last one ends at the
+    /// size), regions that then touch merged. GNU tar reads each region from a tar block of
+    /// its own while libarchive writes and reads them back to back; with whole blocks both
+    /// agree. A file system's regions are whole blocks of its own already (4 KiB); what a
+    /// region gains is zeros from the hole beside it. For a map of the file system's (regions
+    /// within the size), not for one from an archive.
+    public var alignedToTarBlocks: SparseMap {
+        var aligned: [SparseRegion] = []
+        for region in regions where region.length > 0 {
+            // Regions from the file system: within the size, so no sum here overflows.
+            let start = region.offset & ~511
+            let regionEnd = region.offset + region.length
+            let end = regionEnd >= size - 511 ? size : (regionEnd + 511) & ~511
+            if let last = aligned.last, start <= last.offset + last.length {
+                aligned[aligned.count - 1].length = max(last.length, end - last.offset)
+            } else {
+                aligned.append(SparseRegion(offset: start, length: end - start))
+            }
+        }
+        return SparseMap(regions: aligned, size: size)
+    }
+
     /// What is wrong with the map, as a phrase ("its map …"), or nil when it is sound:
     /// a size that is negative; too many regions; a region with a negative offset or
     /// length, one whose end overflows or lies past the size, one that starts before the
