@@ -248,6 +248,8 @@ private struct ArchivePass {
             default: throw Refusal("entry \(path) is of an unknown type")
             }
         }
+        // A sparse entry's size is its GNU.sparse.realsize, which libarchive takes as written.
+        if entry.size < 0 { throw Refusal("entry \(path) has a negative size (\(entry.size))") }
         if entry.sparseRegionCount > 0 {
             // GNU's "sparse 1.0" entry, as a backup writes a file with holes; its map is
             // checked here, its data against the map as it comes (`extract`).

@@ -271,7 +271,7 @@ struct SparseBackupTests {
 /// that the map (not the manifest) is what refuses them.
 enum HostileSparseCase: String, CaseIterable, CustomTestStringConvertible {
     case overlapping, outOfOrder, pastTheSize, offsetOverflows, hugeNumber, mapLongerThanData, tooManyRegions
-    case sizeNear2To63, notNumbers, listedAsPlainFile
+    case sizeNear2To63, negativeSize, notNumbers, listedAsPlainFile
 
     var testDescription: String { rawValue }
 
@@ -282,6 +282,7 @@ enum HostileSparseCase: String, CaseIterable, CustomTestStringConvertible {
         case .mapLongerThanData: "data ends before its map does"
         case .tooManyRegions: "more than the 262144 a backup writes"
         case .sizeNear2To63: "more than the file system restored into allows"
+        case .negativeSize: "has a negative size (-1)"
         case .notNumbers: "corrupt"
         case .listedAsPlainFile: "does not match its manifest"
         }
@@ -307,6 +308,7 @@ if case == "hugeNumber": map_text = "1\n99999999999999999999999999\n4\n"; data =
 if case == "mapLongerThanData": size, regions, data = 100, [(0, 10), (20, 10)], b"a" * 10
 if case == "tooManyRegions": n = 262145; size, regions, data = 2 * n, [(2 * i, 1) for i in range(n)], b"a" * n
 if case == "sizeNear2To63": size, regions, data = (1 << 63) - 1, [(0, 4)], b"abcd"
+if case == "negativeSize": size, regions, data = -1, [(0, 4)], b"abcd"
 if case == "notNumbers": map_text = "2\nzero\nfour\n"; data = b"abcd"
 if map_text is None:
     map_text = "%d\n" % len(regions) + "".join("%d\n%d\n" % r for r in regions)
