@@ -261,7 +261,7 @@ struct BackupWriter {
             var fileHeader = header(item, info: ItemStat(before))
             fileHeader.size = Int64(before.st_size)
             if firstHole >= 0, firstHole < fileHeader.size {
-                let map = try dataRegions(fd, size: fileHeader.size, firstHole: firstHole, path: item.path)
+                let map = try Self.dataRegions(fd, size: fileHeader.size, firstHole: firstHole, path: item.path)
                 fileHeader.sparseMap = map
                 try writer.writeHeader(fileHeader)
                 guard let digest = try writeSparseData(fd, map) else {
@@ -341,8 +341,9 @@ extension BackupWriter {
     /// Where a file of `size` bytes whose first hole is at `firstHole` holds data, found
     /// with `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` on the descriptor it is read through
     /// (a region the file system reports as data may hold zeros: it is stored as it is).
-    /// A file with more regions than an archive may hold fails the backup, naming it.
-    func dataRegions(_ fd: Int32, size: Int64, firstHole: Int64, path: ContainerPath) throws -> SparseMap {
+    /// A file with more regions than an archive may hold (`limit`) fails the backup, naming it.
+    static func dataRegions(_ fd: Int32, size: Int64, firstHole: Int64, path: ContainerPath,
+                            limit: Int = SparseMap.regionLimit) throws -> SparseMap {
         var regions: [SparseRegion] = []
         if firstHole > 0 { regions.append(SparseRegion(offset: 0, length: firstHole)) }
         var position = firstHole
@@ -360,8 +361,8 @@ extension BackupWriter {
             }
             let end = min(hole, size)
             regions.append(SparseRegion(offset: data, length: end - data))
-            guard regions.count <= SparseMap.regionLimit else {
-                throw UserError("cannot back up \(path): it has more than \(SparseMap.regionLimit) data regions between its holes, more than an archive holds of one file; exclude it from backup (containerfs exclude)")
+            guard regions.count <= limit else {
+                throw UserError("cannot back up \(path): it has more than \(limit) data regions between its holes, more than an archive holds of one file; exclude it from backup (containerfs exclude)")
             }
             position = end
         }

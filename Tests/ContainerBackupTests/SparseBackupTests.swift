@@ -224,6 +224,27 @@ struct SparseBackupTests {
         #expect(try shell(["cmp", scratch.path + "/extracted/Documents/s.bin", scratch.path + "/restored/Documents/s.bin"]).status == 0)
     }
 
+    /// The map a backup takes of a file: its data regions as SEEK_DATA/SEEK_HOLE see them
+    /// (whole blocks already); past the limit, one line naming the file.
+    @Test func theBackupMapsAFilesDataRegionsUpToTheLimit() throws {
+        let scratch = try BackupScratch()
+        let path = scratch.path + "/store/Documents/five.img"
+        let mib: Int64 = 1 << 20
+        try makeSparse(path, size: 10 * mib, data: (0..<5).map { (Int64($0) * 2 * mib + mib, Array("x".utf8)) })
+        let fd = open(path, O_RDONLY)
+        defer { close(fd) }
+        let firstHole = Int64(lseek(fd, 0, 4))
+        #expect(firstHole == 0)
+        let file = ContainerPath(components: [Array("Documents".utf8), Array("five.img".utf8)])
+        let map = try BackupWriter.dataRegions(fd, size: 10 * mib, firstHole: firstHole, path: file)
+        let layout = try Layout(path)
+        #expect(map.regions.map(\.offset) == layout.regions.map(\.offset))
+        #expect(map.regions.map(\.length) == layout.regions.map { Int64($0.bytes.count) })
+        #expect(map.size == 10 * mib && map.problem == nil)
+        let error = #expect(throws: UserError.self) { _ = try BackupWriter.dataRegions(fd, size: 10 * mib, firstHole: firstHole, path: file, limit: 4) }
+        #expect(error?.message.contains("Documents/five.img: it has more than 4 data regions") == true, "\(error?.message ?? "")")
+    }
+
     @Test func sparseMapProblemsAreFoundBeforeAnythingIsWritten() {
         func map(_ regions: [(Int64, Int64)], size: Int64) -> SparseMap {
             SparseMap(regions: regions.map { SparseRegion(offset: $0.0, length: $0.1) }, size: size)
