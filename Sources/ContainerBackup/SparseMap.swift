@@ -62,7 +62,11 @@ public struct SparseMap: Equatable, Sendable {
     /// What is wrong with the map, as a phrase ("its map …"), or nil when it is sound:
     /// a size that is negative; too many regions; a region with a negative offset or
     /// length, one whose end overflows or lies past the size, one that starts before the
-    /// previous one ends (overlapping or out of order).
+    /// previous one ends (overlapping or out of order), one that is not whole 512-byte
+    /// blocks (but for the last, ending at the size). GNU tar reads each region from tar
+    /// blocks of its own and libarchive back to back: only with whole blocks do both read
+    /// the same file, as a backup writes it (`alignedToTarBlocks`). That also bounds what a
+    /// region costs on disk: a block of the file system for at least 512 bytes of archive.
     public var problem: String? {
         guard size >= 0 else { return "its size \(size) is negative" }
         guard regions.count <= Self.regionLimit else {
@@ -74,6 +78,9 @@ public struct SparseMap: Equatable, Sendable {
             guard region.offset >= 0, region.length >= 0 else { return "\(which) is negative" }
             guard region.offset <= size, region.length <= size - region.offset else { return "\(which) ends past the file's size \(size)" }
             guard region.offset >= end else { return "\(which) starts before the previous region ends (overlapping or out of order)" }
+            guard region.length == 0 || (region.offset % 512 == 0 && (region.length % 512 == 0 || region.offset + region.length == size)) else {
+                return "\(which) is not whole 512-byte blocks (GNU tar would read its data from elsewhere than libarchive does)"
+            }
             end = region.offset + region.length
         }
         return nil

@@ -249,15 +249,18 @@ struct SparseBackupTests {
         func map(_ regions: [(Int64, Int64)], size: Int64) -> SparseMap {
             SparseMap(regions: regions.map { SparseRegion(offset: $0.0, length: $0.1) }, size: size)
         }
-        #expect(map([(0, 10), (20, 10), (100, 0)], size: 100).problem == nil)
+        #expect(map([(0, 512), (1024, 512), (4096, 0)], size: 4096).problem == nil)
+        #expect(map([(0, 512), (1024, 5)], size: 1029).problem == nil, "the last region ends at the size")
         #expect(map([], size: 0).problem == nil)
-        #expect(map([(Int64.max - 1, 1)], size: Int64.max).problem == nil)
+        #expect(map([(Int64.max - 511, 511)], size: Int64.max).problem == nil)
         let cases: [(SparseMap, String)] = [
             (map([(0, 1)], size: -1), "negative"),
             (map([(-1, 1)], size: 10), "negative"),
             (map([(0, -1)], size: 10), "negative"),
-            (map([(0, 10), (5, 10)], size: 100), "starts before the previous region ends"),
-            (map([(50, 10), (0, 10)], size: 100), "starts before the previous region ends"),
+            (map([(0, 1024), (512, 1024)], size: 4096), "starts before the previous region ends"),
+            (map([(2048, 512), (0, 512)], size: 4096), "starts before the previous region ends"),
+            (map([(0, 4), (1024, 512)], size: 4096), "not whole 512-byte blocks"),
+            (map([(100, 512)], size: 4096), "not whole 512-byte blocks"),
             (map([(95, 10)], size: 100), "ends past the file's size"),
             (map([(101, 0)], size: 100), "ends past the file's size"),
             (map([(Int64.max, Int64.max)], size: Int64.max), "ends past the file's size"),
@@ -291,7 +294,7 @@ struct SparseBackupTests {
 /// Sparse entries whose map is hostile, each with a manifest whose digest matches, so
 /// that the map (not the manifest) is what refuses them.
 enum HostileSparseCase: String, CaseIterable, CustomTestStringConvertible {
-    case overlapping, outOfOrder, pastTheSize, offsetOverflows, hugeNumber, mapLongerThanData, tooManyRegions
+    case overlapping, outOfOrder, pastTheSize, notWholeBlocks, offsetOverflows, hugeNumber, mapLongerThanData, tooManyRegions
     case sizeNear2To63, negativeSize, notNumbers, listedAsPlainFile
 
     var testDescription: String { rawValue }
@@ -299,6 +302,7 @@ enum HostileSparseCase: String, CaseIterable, CustomTestStringConvertible {
     var message: String {
         switch self {
         case .overlapping, .outOfOrder, .pastTheSize: "is not where its map puts data"
+        case .notWholeBlocks: "is not whole 512-byte blocks"
         case .offsetOverflows, .hugeNumber: "Malformed sparse map"
         case .mapLongerThanData: "data ends before its map does"
         case .tooManyRegions: "more than the 262144 a backup writes"
@@ -321,15 +325,17 @@ case, out = sys.argv[1], sys.argv[2]
 # its own (libarchive reads them back to back): regions of 512 bytes read alike.
 size, regions, data = 1 << 20, [(0, 512), (65536, 512), (1 << 20, 0)], b"abcd" + bytes(508) + b"wxyz" + bytes(508)
 map_text = None
-if case == "overlapping": size, regions, data = 100, [(0, 10), (5, 10)], b"a" * 20
-if case == "outOfOrder": size, regions, data = 100, [(50, 10), (0, 10)], b"a" * 20
-if case == "pastTheSize": size, regions, data = 100, [(0, 10), (95, 10)], b"a" * 20
+# Regions of whole 512-byte blocks, so that each case meets the check it is about.
+if case == "overlapping": size, regions, data = 4096, [(0, 1024), (512, 1024)], b"a" * 2048
+if case == "outOfOrder": size, regions, data = 4096, [(2048, 512), (0, 512)], b"a" * 1024
+if case == "pastTheSize": size, regions, data = 4096, [(0, 512), (3584, 1024)], b"a" * 1536
+if case == "notWholeBlocks": size, regions, data = 1 << 20, [(0, 4), (65536, 4), (1 << 20, 0)], b"abcdwxyz"
 if case == "offsetOverflows": size, regions, data = (1 << 63) - 1, [((1 << 63) - 8, 100)], b"a" * 100
 if case == "hugeNumber": map_text = "1\n99999999999999999999999999\n4\n"; data = b"abcd"
-if case == "mapLongerThanData": size, regions, data = 100, [(0, 10), (20, 10)], b"a" * 10
-if case == "tooManyRegions": n = 262145; size, regions, data = 2 * n, [(2 * i, 1) for i in range(n)], b"a" * n
-if case == "sizeNear2To63": size, regions, data = (1 << 63) - 1, [(0, 4)], b"abcd"
-if case == "negativeSize": size, regions, data = -1, [(0, 4)], b"abcd"
+if case == "mapLongerThanData": size, regions, data = 4096, [(0, 512), (1024, 512)], b"a" * 512
+if case == "tooManyRegions": n = 262145; size, regions, data = 512 * n, [(512 * i, 0) for i in range(n)], b""
+if case == "sizeNear2To63": size, regions, data = (1 << 63) - 1, [(0, 512)], b"abcd" + bytes(508)
+if case == "negativeSize": size, regions, data = -1, [(0, 512)], b"abcd" + bytes(508)
 if case == "notNumbers": map_text = "2\nzero\nfour\n"; data = b"abcd"
 if map_text is None:
     map_text = "%d\n" % len(regions) + "".join("%d\n%d\n" % r for r in regions)
