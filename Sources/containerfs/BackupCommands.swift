@@ -139,7 +139,9 @@ struct RestoreCommand: ParsableCommand {
             of the bundle — checking every entry against the archive's manifest as it is read, and \
             renames it into place only when the whole archive verified: a corrupt, truncated or \
             hostile archive (.. or absolute paths, entries through symlinks or outside the backup \
-            set, device files, FIFOs) is refused and nothing is written. STORE must not exist, or \
+            set, device files, FIFOs, a sparse map out of order or past its size) is refused and \
+            nothing is written. A sparse file comes back sparse: its apparent size set, only its \
+            data written. STORE must not exist, or \
             be an empty folder. Restored files belong to whoever runs restore and keep no \
             set-user-ID, set-group-ID or sticky bit; no folder is writable by others. ARCHIVE may be \
             s3://BUCKET/KEY (configured as for backup): the object is read as it is downloaded, in \
