@@ -372,8 +372,16 @@ extension BackupWriter {
     /// Writes a sparse entry's data: each hole passed to libarchive (which skips it), each
     /// region read and hashed. Returns the manifest's digest, or nil if the file shrank.
     mutating func writeSparseData(_ fd: Int32, _ map: SparseMap) throws -> [UInt8]? {
-        var hasher = SparseMap.hasher(for: map)
-        let buffer = buffers[0]
+        // Much data is hashed on the second core, as a plain file's is.
+        let inBackground = map.dataBytes >= Backup.backgroundHashSize
+        var hasher = SHA256()
+        var slot = 0
+        if inBackground {
+            backgroundHasher.reset()
+            map.digestPrefix.withUnsafeBytes { backgroundHasher.feed($0, through: buffers, slot: &slot) }
+        } else {
+            hasher.update(data: map.digestPrefix)
+        }
         var position: Int64 = 0
         try writer.startSparseData()
         for region in map.regions {
@@ -381,17 +389,27 @@ extension BackupWriter {
             var offset = region.offset
             let end = region.offset + region.length
             while offset < end {
+                let buffer = buffers[slot]
+                if inBackground { backgroundHasher.waitForSlot(slot) }
                 let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), end - offset)), off_t(offset)) }
-                if count == 0 { return nil }  // it shrank
+                if count == 0 {  // it shrank
+                    if inBackground { backgroundHasher.drain() }  // the buffers are read again at once
+                    return nil
+                }
                 let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-                hasher.update(bufferPointer: chunk)
+                if inBackground {
+                    backgroundHasher.update(chunk, slot: slot)
+                    slot ^= 1
+                } else {
+                    hasher.update(bufferPointer: chunk)
+                }
                 try writer.writeData(chunk)
                 offset += Int64(count)
                 progress?(summary.bytes.addingSaturated(offset), set.totalBytes)
             }
             position = end
         }
-        return Array(hasher.finalize())
+        return inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
     }
 }
 

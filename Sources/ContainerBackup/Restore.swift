@@ -418,13 +418,26 @@ private struct ArchivePass {
             }
             throw Errno.current
         }
-        var hasher = SparseMap.hasher(for: map)
+        // Much data is hashed on the second core, as a plain file's is.
+        let inBackground = map.dataBytes >= Backup.backgroundHashSize
+        var hasher = SHA256()
+        var slot = 0
+        if inBackground {
+            backgroundHasher.reset()
+            map.digestPrefix.withUnsafeBytes { backgroundHasher.feed($0, through: buffers, slot: &slot) }
+        } else {
+            hasher.update(data: map.digestPrefix)
+        }
         var follower = SparseMap.DataFollower(map)
         try reader.readBlocks { offset, chunk in
             guard follower.accept(offset: offset, length: Int64(chunk.count)) else {
                 throw Refusal("entry \(path) is a sparse file whose data (\(chunk.count) bytes at offset \(offset)) is not where its map puts data: its regions overlap, are out of order or end past its size \(map.size)")
             }
-            hasher.update(bufferPointer: chunk)
+            if inBackground {
+                backgroundHasher.feed(chunk, through: buffers, slot: &slot)
+            } else {
+                hasher.update(bufferPointer: chunk)
+            }
             var done = 0
             while done < chunk.count {
                 let start = done
@@ -434,7 +447,8 @@ private struct ArchivePass {
         guard follower.isComplete else {
             throw Refusal("entry \(path) is a sparse file whose data ends before its map does (the map announces more data than the entry holds)")
         }
-        guard BackupManifest.Record.sparseFile(path, sha256: Array(hasher.finalize())) == record else {
+        let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
+        guard BackupManifest.Record.sparseFile(path, sha256: digest) == record else {
             throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
         }
         bytes = bytes.addingSaturated(map.size)

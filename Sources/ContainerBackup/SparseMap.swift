@@ -1,5 +1,3 @@
-import Crypto
-
 /// One stretch of a sparse file that holds data; everything between stretches is a hole
 /// (reads as zeros, takes no block).
 public struct SparseRegion: Equatable, Sendable {
@@ -95,14 +93,6 @@ public struct SparseMap: Equatable, Sendable {
         var text = "sparse \(size) \(data.count)\n"
         for region in data { text += "\(region.offset) \(region.length)\n" }
         return Array(text.utf8)
-    }
-
-    /// The SHA-256 of a sparse file as the manifest records it: `digestPrefix`, then the
-    /// regions' data in order.
-    public static func hasher(for map: SparseMap) -> SHA256 {
-        var hasher = SHA256()
-        hasher.update(data: map.digestPrefix)
-        return hasher
     }
 
     /// Follows the data blocks of a sparse entry as they come (offset and length each)
