@@ -358,7 +358,7 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        let released = try keptUntilForgotten(replaced) { () throws(Errno) in
+        let released = try removingName(of: replaced, keeping: true) { () throws(Errno) in
             try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
                 if exchange {
                     try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
@@ -376,25 +376,21 @@ final class FileSystem: @unchecked Sendable {
     /// Removes `name` from `directory`; a node that loses its last name lets go of its
     /// descriptor when no open file needs it, so its blocks are freed as natively.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> InodeTable.Released {
+        // A folder is let go at once: an `opendir` racing its `rmdir` can still get `ESTALE`.
         let file = flags & AT_REMOVEDIR == 0
         let node = removing(directory, name, childName, keeping: file)
-        let remove = { () throws(Errno) in
-            try self.trackingNames(directory, childName) { () throws(Errno) in try self.countingRemoval(directory, name, node) { () throws(Errno) in
-                try self.inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
+        return try removingName(of: node, keeping: file) { () throws(Errno) in
+            try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
+                try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
             } }
         }
-        guard file else {
-            try remove()
-            return node.map { inodes.removed($0) } ?? InodeTable.Released()
-        }
-        return try keptUntilForgotten(node, remove)
     }
 
-    /// Runs `removal`, which takes a name from the file `node` (nil: not known): one that
-    /// loses its last name is kept until the kernel forgets it (InodeTable.removed), and
-    /// with a capacity held as an open file is, its blocks counted as long as they are kept.
-    private func keptUntilForgotten(_ node: Inode?, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
-        let held = node.flatMap { space.isActive && inodes.holdKept($0) ? $0 : nil }
+    /// Runs `removal`, which takes a name from `node` (nil: not known); with `keeping`, one
+    /// that loses its last name is kept until the kernel forgets it (InodeTable.removed),
+    /// and with a capacity held as an open file is, its blocks counted as long as they are kept.
+    private func removingName(of node: Inode?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
+        let held = keeping ? node.flatMap { space.isActive && inodes.holdKept($0) ? $0 : nil } : nil
         if let held {
             space.opened(held.key)
             // Before the removal: the kernel's `FORGET` may come before it returns.
@@ -410,7 +406,7 @@ final class FileSystem: @unchecked Sendable {
             }
             throw error
         }
-        let released = node.map { inodes.removed($0, keptUntilForgotten: true) } ?? InodeTable.Released()
+        let released = node.map { inodes.removed($0, keptUntilForgotten: keeping) } ?? InodeTable.Released()
         if let held, !inodes.keeps(held) {
             inodes.unholdKept(held)
             releaseHeld(inodes.ino(held), held.key, released.freedBytes)
