@@ -124,8 +124,8 @@ public enum DeviceCapacity {
         defer { close(deviceFD) }
         guard let state = try? stateFolder(deviceFD, creating: false) else { return nil }
         defer { close(state) }
-        let fd = withCName(ledgerName) { openat(state, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else { return nil }
+        // A FIFO in its place must not block the command or a daemon: never opened.
+        guard let fd = try? openRegularFile(at: state, ledgerName) else { return nil }
         defer { close(fd) }
         while flock(fd, LOCK_SH) != 0, errno == EINTR {}
         var bytes = [UInt8](repeating: 0, count: 8)

@@ -19,6 +19,26 @@ public enum HandedOverMode {
     public static func folder(_ mode: mode_t) -> mode_t { mode & 0o775 }
 }
 
+/// The user and group ids a file copied into a store by root is given: the store's owner's
+/// (its top folder's), as the files the app makes are (docs/lifecycle.md, "File sharing").
+///
+/// The app runs as that owner (or, under root's `run`, as an unprivileged user the mount
+/// maps to it): a file root copied in and left root's could be read but never changed,
+/// renamed over or given another mode by the app it was handed to. The copy's mode is the
+/// one `HandedOverMode` allows, never set-ID, so nothing of root's is lent to anybody.
+public struct Owner: Equatable, Sendable {
+    public let uid: uid_t
+    public let gid: gid_t
+
+    /// For a copy into the store open at `rootFD`: its owner when root copies into a store of
+    /// another user; nil when the copier is the owner (or cannot give files away anyway).
+    public static func handingTo(rootFD: Int32) -> Owner? {
+        var info = stat()
+        guard geteuid() == 0, fstat(rootFD, &info) == 0, info.st_uid != 0 || info.st_gid != getegid() else { return nil }
+        return Owner(uid: info.st_uid, gid: info.st_gid)
+    }
+}
+
 /// Hidden working names in a folder others may share (a sticky `/tmp`):
 /// `.LEAF.PURPOSE-XXXXXXXXXXXX`, twelve random letters and digits from the kernel's
 /// random source, as `mkdtemp` and `mkstemp` make them, so that nobody can predict a name

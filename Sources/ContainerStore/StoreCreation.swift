@@ -124,7 +124,7 @@ extension Store {
         let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard sourceFD >= 0 else { throw UserError("cannot read bundle \(bundlePath): \(Errno.current)") }
         defer { close(sourceFD) }
-        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, source: bundlePath)
+        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, .everything(what: "bundle \(bundlePath)"))
 
         for directory in StandardDirectory.allCases {
             try withCName(directory.path.bytes) { (name) throws(Errno) in _ = try sys { mkdirat(rootFD, name, 0o755) } }
