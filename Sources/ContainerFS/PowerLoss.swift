@@ -194,6 +194,8 @@ final class PowerLoss: @unchecked Sendable {
         let journalFD = try withCName(Self.journalName) { (name) throws(Errno) in
             try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         }
+        // The owner's, as the rest of the state folder, when root's daemon makes it.
+        ownedLikeTheFolder(journalFD, store.stateFD)
         self.journalFD = journalFD
         savedBytesFD = try sys { openat(journalFD, ".", clinux_O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600) }
         var limit = rlimit()

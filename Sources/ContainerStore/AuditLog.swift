@@ -134,6 +134,7 @@ public final class AuditLog: @unchecked Sendable {
         defer { Glibc.close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, isSoleName(fd) else { return }
+        ownedLikeTheFolder(fd, stateFD)
         let line = Array(data) + [UInt8(ascii: "\n")]
         _ = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
@@ -208,6 +209,7 @@ public final class AuditLog: @unchecked Sendable {
         defer { Glibc.close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, isSoleName(fd) else { return }
+        ownedLikeTheFolder(fd, stateFD)
         _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
 

@@ -118,10 +118,16 @@ public enum Delivery {
         }
     }
 
-    private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
+    /// The state folder's staging folder, the store owner's whoever makes it
+    /// (`ownedLikeTheFolder`).
+    static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
         let made = withCName(stagingName) { mkdirat(store.stateFD, $0, 0o700) }
         if made != 0, errno != EEXIST { throw Errno.current }
-        return try openDirectory(at: store.stateFD, stagingName)
+        let fd = try withCName(stagingName) { (name) throws(Errno) in
+            try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        }
+        ownedLikeTheFolder(fd, store.stateFD)
+        return fd
     }
 
     /// Root's copy is the store owner's, as a file the app received (`Owner`).

@@ -236,10 +236,7 @@ public enum DeviceCapacity {
     /// A file root made in the device's state folder belongs to the folder's owner, as the
     /// rest of the device does: the owner's own daemons open it too.
     static func ownedLikeTheFolder(_ fd: Int32, _ state: Int32) {
-        guard geteuid() == 0, isOwnFile(fd) else { return }
-        var folder = stat(), file = stat()
-        guard fstat(state, &folder) == 0, fstat(fd, &file) == 0, file.st_uid != folder.st_uid || file.st_gid != folder.st_gid else { return }
-        _ = fchown(fd, folder.st_uid, folder.st_gid)
+        ContainerStore.ownedLikeTheFolder(fd, state)
     }
 }
 

@@ -361,10 +361,6 @@ public enum FileSharing {
 
     /// The state folder's staging folder (as `deliver`'s, the same one and its lock).
     private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
-        let made = withCName(Delivery.stagingName) { mkdirat(store.stateFD, $0, 0o700) }
-        if made != 0, errno != EEXIST { throw Errno.current }
-        return try withCName(Delivery.stagingName) { (name) throws(Errno) in
-            try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-        }
+        try Delivery.stagingFolder(store)
     }
 }

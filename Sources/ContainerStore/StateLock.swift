@@ -19,6 +19,7 @@ final class StateLock {
             close(fd)
             throw UserError("\(store.statePath)/\(ContainerPath.printable(name)) is not a plain file of the store (another name links to it): remove it, it is made anew")
         }
+        ownedLikeTheFolder(fd, store.stateFD)
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
             return nil

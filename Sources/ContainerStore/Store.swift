@@ -213,6 +213,24 @@ public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) th
     }
 }
 
+/// Gives the file or folder open at `fd`, which the caller just made (or opened to write) in
+/// the folder `folderFD`, to that folder's owner when root made it: a store's state folder
+/// and its files are the owner's, whose own commands and daemons open them (a lock, the
+/// audit log, the tag index, the staging folder). Root's `run`, `mount`, `deliver` or
+/// `share put` of another user's store left them root's, mode 0600, and the owner's next
+/// `run`, `update` or `deliver` failed with "Permission denied".
+///
+/// A file with another name (a hard link planted to a file of root's, which the kernel
+/// allows with `fs.protected_hardlinks` off) is never given away; a folder has none.
+public func ownedLikeTheFolder(_ fd: Int32, _ folderFD: Int32) {
+    guard geteuid() == 0 else { return }
+    var folder = stat(), node = stat()
+    guard fstat(folderFD, &folder) == 0, fstat(fd, &node) == 0, node.st_uid != folder.st_uid || node.st_gid != folder.st_gid else { return }
+    let type = node.st_mode & S_IFMT
+    guard type == S_IFDIR || (type == S_IFREG && node.st_nlink == 1) else { return }
+    _ = fchown(fd, folder.st_uid, folder.st_gid)
+}
+
 /// Whether the file open at `fd` is a regular file with no other name: what a state file
 /// must be before it is truncated, written or chowned. The state folder is the store
 /// owner's to write; a hard link planted there to a file of root's (which the kernel
@@ -244,13 +262,14 @@ func stateFileIsDamaged(_ stateFD: Int32, _ name: [UInt8], parse: () -> Any?) ->
 }
 
 /// Writes `contents` to a new file `name` inside `parent` (which must not exist), with `mode`,
-/// owned by `owner` if given.
+/// owned by `owner` if given, else by `parent`'s owner when root writes it
+/// (`ownedLikeTheFolder`).
 public func writeNewFile(at parent: Int32, _ name: [UInt8], _ contents: [UInt8], mode: mode_t = 0o644, owner: Owner? = nil) throws(Errno) {
     let fd = try withCName(name) { (cname) throws(Errno) in
         try sys { openat(parent, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
     }
     defer { close(fd) }
-    if let owner { try sys { fchown(fd, owner.uid, owner.gid) } }
+    if let owner { try sys { fchown(fd, owner.uid, owner.gid) } } else { ownedLikeTheFolder(fd, parent) }
     var written = 0
     while written < contents.count {
         let offset = written

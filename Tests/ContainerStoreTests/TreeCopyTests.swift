@@ -24,6 +24,7 @@ struct TreeCopyTests {
         try Data("data".utf8).write(to: URL(fileURLWithPath: base + "/source/f"))
         // The owner: `source/f` becomes the FIFO, then the file, by renames, as fast as it can.
         let stop = Atomic<Bool>(false)
+        let stopped = DispatchSemaphore(value: 0)
         let swapper = Thread {
             while !stop.load(ordering: .relaxed) {
                 for (spare, link) in [("fifo", "t1"), ("file", "t2")] {
@@ -31,9 +32,14 @@ struct TreeCopyTests {
                     _ = rename(base + "/spare/" + link, base + "/source/f")
                 }
             }
+            stopped.signal()
         }
         swapper.start()
-        defer { stop.store(true, ordering: .relaxed) }
+        // Stopped before the folder goes: nothing of this test runs on into the next.
+        defer {
+            stop.store(true, ordering: .relaxed)
+            stopped.wait()
+        }
         let sourceFD = open(base + "/source", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         let copiesFD = open(base + "/copies", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         defer { close(sourceFD); close(copiesFD) }

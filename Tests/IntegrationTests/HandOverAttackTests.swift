@@ -49,6 +49,35 @@ struct HandOverAttackTests {
         }
     }
 
+    /// Root's `run` of a store of cfs-alice (its program runs as the unprivileged app user)
+    /// and root's `deliver` into it made the state folder's run lock, audit log, tag index
+    /// and staging folder, root's and 0600: afterwards alice's own `run` failed with
+    /// "cannot open …/run.lock: Permission denied", her `deliver` likewise, and her `audit`
+    /// showed nothing. What root makes in a store's state folder is the owner's now.
+    @Test func rootsRunAndDeliverLeaveTheStoreUsableByItsOwner() throws {
+        let container = try MountedContainer(user: Self.alice, infoPlist: ShareTests.sharingXML)
+        let keys = container.base + "/keys"
+        let made = try runProgram(["install", "-d", "-m", "700", "-o", Self.alice, "-g", Self.alice, keys])
+        try #require(made.status == 0, "\(made)")
+        let key = ["--key", keys + "/installer.key"]
+        // Made again, signed with a key both can name.
+        try FileManager.default.removeItem(atPath: container.store)
+        let create = try containerfs(["create", container.store, "--bundle", container.base + "/Demo.app"] + key, user: Self.alice)
+        try #require(create.status == 0, "\(create)")
+        let file = container.base + "/handed.txt"
+        try Data("over\n".utf8).write(to: URL(fileURLWithPath: file))
+        let run = try containerfs(["run", container.store] + key + ["--", "sh", "-c", "echo c > Library/Caches/c; touch Demo.app/x 2>/dev/null; true"])
+        #expect(run.status == 0, "\(run)")
+        #expect(try containerfs(["deliver", container.store, file]).status == 0)
+        let roots = try runProgram(["find", container.store, "-user", "root"])
+        #expect(roots.status == 0 && roots.stdout.isEmpty, "left root's in the store: \(roots)")
+        let again = try containerfs(["run", container.store] + key + ["--", "true"], user: Self.alice)
+        #expect(again.status == 0, "\(again)")
+        #expect(try containerfs(["deliver", container.store, file], user: Self.alice).status == 0)
+        let audit = try containerfs(["audit", container.store], user: Self.alice)
+        #expect(audit.status == 0 && audit.stdout.contains("Demo.app/x"), "the owner reads the denial root's run met: \(audit)")
+    }
+
     /// `share get` of a folder copies what file sharing shows, as `ls` lists it: the app's
     /// hidden files (a `.git`, a lock, a database's journal), its symlinks and a FIFO stay in
     /// the container. Before, the hidden files and symlinks came out, and a FIFO refused the
