@@ -49,21 +49,46 @@ struct HandOverAttackTests {
         }
     }
 
+    /// A store of cfs-alice, made again signed with a key in a folder both she and root can
+    /// name; returns the `--key` option.
+    private func aliceStore(_ container: MountedContainer) throws -> [String] {
+        let keys = container.base + "/keys"
+        let made = try runProgram(["install", "-d", "-m", "700", "-o", Self.alice, "-g", Self.alice, keys])
+        try #require(made.status == 0, "\(made)")
+        let key = ["--key", keys + "/installer.key"]
+        try FileManager.default.removeItem(atPath: container.store)
+        let create = try containerfs(["create", container.store, "--bundle", container.base + "/Demo.app"] + key, user: Self.alice)
+        try #require(create.status == 0, "\(create)")
+        return key
+    }
+
+    /// Root's `update` of a store of cfs-alice installed the new app root's (bundle,
+    /// manifest, signature, cache, lock): afterwards her `offload` and `update` failed with
+    /// "Permission denied". The installed app is the owner's now, as the rest of her store.
+    @Test func rootsUpdateInstallsTheAppAsTheOwners() throws {
+        let container = try MountedContainer(user: Self.alice)
+        let key = try aliceStore(container)
+        let bundle = container.base + "/Demo.app"
+        try Data("v2\n".utf8).write(to: URL(fileURLWithPath: bundle + "/new.txt"))
+        let update = try containerfs(["update", container.store, "--bundle", bundle] + key)
+        try #require(update.status == 0, "\(update)")
+        #expect(try containerfs(["verify", container.store] + key).status == 0)
+        let roots = try runProgram(["find", container.store, "-user", "root"])
+        #expect(roots.status == 0 && roots.stdout.isEmpty, "left root's in the store: \(roots)")
+        for arguments in [["verify", container.store] + key, ["offload", container.store], ["update", container.store, "--bundle", bundle] + key] {
+            let result = try containerfs(arguments, user: Self.alice)
+            #expect(result.status == 0, "\(arguments): \(result)")
+        }
+    }
+
     /// Root's `run` of a store of cfs-alice (its program runs as the unprivileged app user)
     /// and root's `deliver` into it made the state folder's run lock, audit log, tag index
     /// and staging folder, root's and 0600: afterwards alice's own `run` failed with
     /// "cannot open …/run.lock: Permission denied", her `deliver` likewise, and her `audit`
     /// showed nothing. What root makes in a store's state folder is the owner's now.
     @Test func rootsRunAndDeliverLeaveTheStoreUsableByItsOwner() throws {
-        let container = try MountedContainer(user: Self.alice, infoPlist: ShareTests.sharingXML)
-        let keys = container.base + "/keys"
-        let made = try runProgram(["install", "-d", "-m", "700", "-o", Self.alice, "-g", Self.alice, keys])
-        try #require(made.status == 0, "\(made)")
-        let key = ["--key", keys + "/installer.key"]
-        // Made again, signed with a key both can name.
-        try FileManager.default.removeItem(atPath: container.store)
-        let create = try containerfs(["create", container.store, "--bundle", container.base + "/Demo.app"] + key, user: Self.alice)
-        try #require(create.status == 0, "\(create)")
+        let container = try MountedContainer(user: Self.alice)
+        let key = try aliceStore(container)
         let file = container.base + "/handed.txt"
         try Data("over\n".utf8).write(to: URL(fileURLWithPath: file))
         let run = try containerfs(["run", container.store] + key + ["--", "sh", "-c", "echo c > Library/Caches/c; touch Demo.app/x 2>/dev/null; true"])
