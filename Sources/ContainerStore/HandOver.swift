@@ -37,6 +37,15 @@ public struct Owner: Equatable, Sendable {
         guard geteuid() == 0, fstat(rootFD, &info) == 0, info.st_uid != 0 || info.st_gid != getegid() else { return nil }
         return Owner(uid: info.st_uid, gid: info.st_gid)
     }
+
+    /// Whether this user may read a node of status `info` by its mode bits (owner, its
+    /// primary group, others). Root hands a user only what that user could read: a path
+    /// the user controls (a hard link to `/etc/shadow`, a folder swapped for a symlink
+    /// into `/root`) must not turn root's copy into the user's copy of a secret.
+    public func mayRead(_ info: stat) -> Bool {
+        let bit: mode_t = info.st_uid == uid ? S_IRUSR : info.st_gid == gid ? S_IRGRP : S_IROTH
+        return info.st_mode & bit != 0
+    }
 }
 
 /// Hidden working names in a folder others may share (a sticky `/tmp`):

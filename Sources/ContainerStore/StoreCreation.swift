@@ -53,7 +53,7 @@ extension Store {
                                       seal: Seal?, path: String, owner: Owner? = nil) throws(UserError) -> (name: [UInt8], lock: Int32) {
         let bundleName = try checkBundle(bundlePath)
         return try stageHeld(in: parentFD, beside: leaf, purpose, path: path) { stagingFD in
-            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
+            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal, owner: owner)
             if let owner { try give(stagingFD, to: owner) }
         }
     }
@@ -136,11 +136,13 @@ extension Store {
     }
 
     /// Fills the staging folder: bundle copy, structure, state folder.
-    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], seal: Seal?) throws {
+    /// `owner`: who the bundle is copied for, who must be able to read every file of it
+    /// (`Owner.mayRead`).
+    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], seal: Seal?, owner: Owner? = nil) throws {
         let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard sourceFD >= 0 else { throw UserError("cannot read bundle \(bundlePath): \(Errno.current)") }
         defer { close(sourceFD) }
-        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, .everything(what: "bundle \(bundlePath)"))
+        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, .everything(what: "bundle \(bundlePath)"), owner: owner)
 
         for directory in StandardDirectory.allCases {
             try withCName(directory.path.bytes) { (name) throws(Errno) in _ = try sys { mkdirat(rootFD, name, 0o755) } }

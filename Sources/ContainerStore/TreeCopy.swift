@@ -22,7 +22,8 @@ enum TreeCopy {
 
     /// Copies the directory open at `sourceFD` to a new directory `name` in `parentFD`;
     /// returns how many entries `selection` left out. `owner`: the ids every copy is given
-    /// (root handing files to a store's owner), else they stay the copier's.
+    /// (root handing files to a store's owner), else they stay the copier's; a file or
+    /// folder that owner could not read is refused (`EACCES`: `Owner.mayRead`).
     ///
     /// Iterative, on two `FolderChain`s: a chain of folders of any depth neither overflows
     /// the thread's stack nor runs out of descriptors.
@@ -32,6 +33,7 @@ enum TreeCopy {
         var info = stat()
         var leftOut = 0
         try sys { fstat(sourceFD, &info) }
+        if let owner, !owner.mayRead(info) { throw Errno(EACCES) }
         try withCName(name) { (cname) throws(Errno) in _ = try sys { mkdirat(parentFD, cname, 0o700) } }
         let targetFD = try withCName(name) { (cname) throws(Errno) in
             try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
@@ -68,6 +70,7 @@ enum TreeCopy {
             }
             switch info.st_mode & S_IFMT {
             case S_IFDIR:
+                if let owner, !owner.mayRead(info) { throw Errno(EACCES) }
                 try withCName(entry) { (cname) throws(Errno) in _ = try sys { mkdirat(targets.fd, cname, 0o700) } }
                 try sources.enter(entry)
                 try targets.enter(entry)
@@ -98,11 +101,12 @@ enum TreeCopy {
 
     /// Copies the file open at `input` (a regular file, else `EINVAL`) to a new file `name`
     /// in `targetDir`, with its times and its mode as `HandedOverMode` allows, owned by
-    /// `owner` if given.
+    /// `owner` if given, which must be able to read it (else `EACCES`: `Owner.mayRead`).
     static func copyFile(from input: Int32, toNew name: [UInt8], in targetDir: Int32, owner: Owner? = nil) throws(Errno) {
         var info = stat()
         try sys { fstat(input, &info) }
         guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
+        if let owner, !owner.mayRead(info) { throw Errno(EACCES) }
         let output = try withCName(name) { (cname) throws(Errno) in
             try sys { openat(targetDir, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         }

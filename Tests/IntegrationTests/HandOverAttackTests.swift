@@ -79,6 +79,13 @@ struct HandOverAttackTests {
             let result = try containerfs(arguments, user: Self.alice)
             #expect(result.status == 0, "\(arguments): \(result)")
         }
+        // A bundle file only root may read is not installed as hers.
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: bundle + "/secret"))
+        #expect(chown(bundle + "/secret", 0, 0) == 0 && chmod(bundle + "/secret", 0o600) == 0)
+        let refused = try containerfs(["update", container.store, "--bundle", bundle] + key)
+        #expect(refused.status == 1 && refused.stderr.contains("Permission denied"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: container.store + "/Demo.app/secret"))
+        #expect(try containerfs(["verify", container.store] + key, user: Self.alice).status == 0, "the old app stays")
     }
 
     /// Root's `run` of a store of cfs-alice (its program runs as the unprivileged app user)
@@ -101,6 +108,27 @@ struct HandOverAttackTests {
         #expect(try containerfs(["deliver", container.store, file], user: Self.alice).status == 0)
         let audit = try containerfs(["audit", container.store], user: Self.alice)
         #expect(audit.status == 0 && audit.stdout.contains("Demo.app/x"), "the owner reads the denial root's run met: \(audit)")
+    }
+
+    /// Giving root's copies to the store's owner must not hand the owner what only root
+    /// could read: a host file of mode 0600 root's (what a hard link the owner planted to
+    /// `/etc/shadow` would be), alone or in a folder, is refused by `share put` and
+    /// `deliver`, with one line, and nothing arrives.
+    @Test func rootHandsTheOwnerOnlyWhatTheOwnerCouldRead() throws {
+        let container = try MountedContainer(user: Self.alice, infoPlist: ShareTests.sharingXML)
+        let host = container.base + "/roots"
+        try FileManager.default.createDirectory(atPath: host + "/folder", withIntermediateDirectories: true)
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: host + "/secret"))
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: host + "/folder/secret"))
+        #expect(chmod(host + "/secret", 0o600) == 0 && chmod(host + "/folder/secret", 0o600) == 0)
+        for arguments in [["share", container.store, "put", host + "/secret"], ["share", container.store, "put", host + "/folder"],
+                          ["deliver", container.store, host + "/secret"], ["deliver", container.store, host + "/folder"]] {
+            let result = try containerfs(arguments)
+            #expect(result.status == 1 && result.stderr.contains("Permission denied"), "\(arguments): \(result)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: container.store + "/Documents") == ["Inbox"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: container.store + "/Documents/Inbox") == [])
     }
 
     /// `share get` of a folder copies what file sharing shows, as `ls` lists it: the app's
