@@ -230,7 +230,7 @@ public enum DeviceCapacity {
     static func isOwnFile(_ fd: Int32) -> Bool { isSoleName(fd) }
 
     static func notOwnFile(_ name: [UInt8]) -> UserError {
-        UserError("the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device is not a plain file of its own (another name links to it): remove it, the next mount makes it anew")
+        UserError("the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device is not a plain file of its own (a FIFO, a device, or a file another name links to): remove it, the next mount makes it anew")
     }
 
     /// A file root made in the device's state folder belongs to the folder's owner, as the

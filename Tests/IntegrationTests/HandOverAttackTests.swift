@@ -175,6 +175,22 @@ struct HandOverAttackTests {
         #expect(into.status == 0 && FileManager.default.fileExists(atPath: out + "/job"), "\(into)")
     }
 
+    /// The mount lock replaced by a FIFO (the state folder is the store owner's): `mount`
+    /// and `run` refused with "the daemon exited before the mount was ready", which names
+    /// nothing; the daemon's reason is their one line now. Nothing is mounted.
+    @Test func aFIFOInPlaceOfTheMountLockIsNamedInOneLine() throws {
+        let container = try MountedContainer()
+        let lock = container.store + "/.containerfs/mount.lock"
+        unlink(lock)
+        #expect(mkfifo(lock, 0o600) == 0)
+        for arguments in [["mount", container.store, container.mountpoint], ["run", container.store, "--", "true"]] {
+            let result = try runProgram(["timeout", "-s", "KILL", "20", containerfsBinary] + arguments)
+            #expect(result.status == 1 && result.stderr.contains("mount.lock is not a plain file of the store (a FIFO"), "\(arguments): \(result)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result)")
+        }
+        #expect(!isMountPoint(container.mountpoint))
+    }
+
     /// A device's ledger replaced by a FIFO (the device folder is its owner's): `capacity
     /// DEVICE` and a `deliver` into a container of the device opened it to read and
     /// blocked for good, root's commands both. Now the FIFO is never opened: the ledger
