@@ -3,7 +3,8 @@ import Glibc
 /// The mode a file or folder gets when a command copies it into a store: `restore` from an
 /// archive, `deliver` and `create` from the host (docs/backup.md, "Modes").
 ///
-/// The copy belongs to whoever runs the command, not to the owner the source had (or, in an
+/// The copy belongs to whoever runs the command (or, root handing files to another user's
+/// store, to that store's owner: `Owner`), not to the owner the source had (or, in an
 /// archive, claims), so the bits that lend an owner's rights to others or weaken a folder
 /// are dropped, as `cp` drops set-ID bits when the owner changes. They are dropped whoever
 /// runs the command, even for a user copying their own files: the mount is `nosuid` and an

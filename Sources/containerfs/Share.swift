@@ -23,7 +23,8 @@ struct Share: ParsableCommand {
             in the store are never followed, and only files and folders are shown; a \
             folder is copied in or out with just those (the line counts what was left \
             out). get never follows a symlink at its destination. What put copies in \
-            belongs to the container's owner, whoever runs it, as what the app makes. Works \
+            belongs to the container's owner, whoever runs it, as what the app makes (root \
+            copies in only what that owner may read). Works \
             whether the container is mounted or not: a running app's mount shows the change \
             at once. put is held to the container's capacity (see 'containerfs capacity'), \
             and to its device's free space in a device folder with a capacity, mounted or \
