@@ -57,6 +57,8 @@ struct Share: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let opened = try Store.open(store, changing: action != "ls" && action != "get")
+            // A group has no app, hence no Info.plist to enable sharing: said so, not "cannot read /Info.plist".
+            try opened.requireApp(for: "share")
             try FileSharing.requireEnabled(opened)
             switch action {
             case "ls":

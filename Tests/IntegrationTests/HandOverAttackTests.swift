@@ -191,6 +191,15 @@ struct HandOverAttackTests {
         #expect(!isMountPoint(container.mountpoint))
     }
 
+    /// `share` of a group container (which has no app, so no Info.plist) said "cannot read
+    /// /Info.plist: No such file or directory"; it says what a group is, as `deliver` does.
+    @Test func shareOfAGroupContainerSaysItHasNoApp() throws {
+        let device = try GroupDevice()
+        let result = try containerfs(["share", device.groupStore, "ls"])
+        #expect(result.status == 64 && result.stderr.contains("is the group container of \(GroupDevice.group), which has no app: share needs"), "\(result)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result)")
+    }
+
     /// A device's ledger replaced by a FIFO (the device folder is its owner's): `capacity
     /// DEVICE` and a `deliver` into a container of the device opened it to read and
     /// blocked for good, root's commands both. Now the FIFO is never opened: the ledger
