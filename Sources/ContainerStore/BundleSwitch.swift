@@ -50,6 +50,7 @@ public enum BundleSwitch {
             let fd = try withCName(lockName) { (name) throws(Errno) in
                 try sys { openat(stateFD, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
             }
+            ownedLikeTheFolder(fd, stateFD)
             while flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0 {
                 if errno == EINTR { continue }
                 close(fd)
