@@ -66,7 +66,7 @@ weed mini -dir="$root/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -we
   -master.port=$port -master.port.grpc=$((port + 1)) -volume.port=$((port + 2)) -volume.port.grpc=$((port + 3)) \
   -filer.port=$((port + 4)) -filer.port.grpc=$((port + 5)) -s3.port.grpc=$((port + 6)) -s3.port=$((port + 7)) \
   -admin.port=$((port + 8)) -admin.port.grpc=$((port + 9)) -volume.port.public=$((port + 10)) \
-  -s3.config="$root/s3.json" -s3.autoCreateBucket=false >"$root/weed.log" 2>&1 &
+  -s3.config="$root/s3.json" -s3.autoCreateBucket=false -s3.port.iceberg=0 -s3.port.lance=0 >"$root/weed.log" 2>&1 &
 weed_pid=$!
 endpoint=http://127.0.0.1:$((port + 7))
 for _ in $(seq 150); do

@@ -60,6 +60,9 @@ final class SeaweedFS: @unchecked Sendable {
             "-filer.port=\(port(4))", "-filer.port.grpc=\(port(5))", "-s3.port.grpc=\(port(6))", "-s3.port=\(port(7))",
             "-admin.port=\(port(8))", "-admin.port.grpc=\(port(9))", "-volume.port.public=\(port(10))",
             "-s3.config=\(base)/s3.json", "-s3.autoCreateBucket=false",
+            // Its Iceberg and Lance servers listen on fixed ports (8181, 9101): two servers
+            // at once, one fails. Not needed here.
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
         let log = FileHandle(forWritingAtPath: base + "/weed.log") ?? {
             FileManager.default.createFile(atPath: base + "/weed.log", contents: nil)
