@@ -74,7 +74,7 @@ public enum LowStorage {
             bytes = size
         }
         if let capacity, bytes > capacity {
-            throw UserError.usage("\(option) \(text) is more than the capacity of \(store.path) (\(capacity) bytes): nothing could free that much")
+            throw UserError.usage("\(option) \(text) is more than the capacity of \(store.path) (\(counted(capacity, "byte"))): nothing could free that much")
         }
         return bytes
     }

@@ -91,7 +91,7 @@ public enum Delivery {
     public static func checkFits(_ sources: [[UInt8]], into store: Store, device: DeviceInstall? = nil) throws(UserError) {
         guard sources.count > 1 else { return }
         let bytes = sources.reduce(Int64(0)) { $0.addingSaturating(Capacity.treeBytes(at: AT_FDCWD, $1)) }
-        let what = "deliver \(sources.count) files into \(store.path)"
+        let what = "deliver \(counted(sources.count, "file")) into \(store.path)"
         try Capacity.checkFits(store, adding: bytes, what)
         try device?.check(bytes, what, need: "the delivery adds")
     }

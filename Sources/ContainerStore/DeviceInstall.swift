@@ -1,3 +1,4 @@
+import ContainerPolicy
 import Glibc
 
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
@@ -109,7 +110,7 @@ public final class DeviceInstall {
     private func refusal(_ bytes: Int64, _ what: String, need: String, capacity: Int64, used: Int64) -> UserError {
         let free = max(0, capacity.subtractingSaturated(used))
         return UserError(
-            "cannot \(what): \(need) \(bytes) bytes (\(humanBytes(bytes))) and the device \(devicePath) has \(free) bytes (\(humanBytes(free))) free of its capacity of \(capacity) bytes; nothing was written: free space on the device ('containerfs purge \(devicePath) --caches --tmp --until-free \(bytes)', its containers not running) or raise its capacity ('containerfs capacity \(devicePath) SIZE')")
+            "cannot \(what): \(need) \(counted(bytes, "byte")) (\(humanBytes(bytes))) and the device \(devicePath) has \(counted(free, "byte")) (\(humanBytes(free))) free of its capacity of \(counted(capacity, "byte")); nothing was written: free space on the device ('containerfs purge \(devicePath) --caches --tmp --until-free \(bytes)', its containers not running) or raise its capacity ('containerfs capacity \(devicePath) SIZE')")
     }
 
     /// Settles what the install changed into the device's live count (net of what `admit`

@@ -70,9 +70,9 @@ struct BackupCommand: ParsableCommand {
                 ])
             } else {
                 FileHandleOutput.standardOutput.write(
-                    "backed up \(summary.entries) entries (\(summary.files) files, \(formatBytes(summary.bytes))) of \(store) to \(archive!) (\(formatBytes(summary.archiveBytes)))\n")
+                    "backed up \(counted(summary.entries, "entry", "entries")) (\(counted(summary.files, "file")), \(formatBytes(summary.bytes))) of \(store) to \(archive!) (\(formatBytes(summary.archiveBytes)))\n")
                 if !set.excluded.isEmpty {
-                    FileHandleOutput.standardOutput.write("excluded: \(set.excluded.count) items (see --list)\n")
+                    FileHandleOutput.standardOutput.write("excluded: \(counted(set.excluded.count, "item")) (see --list)\n")
                 }
                 for path in summary.vanished {
                     FileHandleOutput.standardError.write("containerfs: note: \(path) was deleted during the backup and is not in it\n")
@@ -112,7 +112,7 @@ struct BackupCommand: ParsableCommand {
         }
         for (path, kind) in set.excluded { out += pad("excluded") + "  \(path)\(kind == .directory ? "/" : "")\n" }
         for path in set.skipped { out += pad("skipped") + "  \(path) (a FIFO, socket or device: not backed up)\n" }
-        out += "total: \(set.totalBytes) bytes (\(formatBytes(set.totalBytes))) in \(files.count) files, \(set.items.count) entries\n"
+        out += "total: \(counted(set.totalBytes, "byte")) (\(formatBytes(set.totalBytes))) in \(counted(files.count, "file")), \(counted(set.items.count, "entry", "entries"))\n"
         FileHandleOutput.standardOutput.write(out)
     }
 
@@ -213,14 +213,14 @@ struct RestoreCommand: ParsableCommand {
             }
             let bundleName = ContainerPath.printable(summary.bundleName)
             if bundle == nil, !json {
-                FileHandleOutput.standardOutput.write("restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into the group container \(store) (\(bundleName))\n")
+                FileHandleOutput.standardOutput.write("restored \(counted(summary.entries, "entry", "entries")) (\(formatBytes(summary.bytes))) from \(archive) into the group container \(store) (\(bundleName))\n")
                 return
             }
             if json {
                 printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "bundle": bundleName])
             } else {
                 FileHandleOutput.standardOutput.write(
-                    "restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
+                    "restored \(counted(summary.entries, "entry", "entries")) (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
             }
         }
     }

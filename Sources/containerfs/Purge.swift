@@ -92,7 +92,7 @@ struct PurgeCommand: ParsableCommand {
             }
             output.flush()
             if let failure = report.failures.first {
-                throw UserError("could not delete \(report.failures.count) file(s), such as \(opened[failure.store].path)/\(ContainerPath.printable(failure.path)): \(failure.error)")
+                throw UserError("could not delete \(counted(report.failures.count, "file")), such as \(opened[failure.store].path)/\(ContainerPath.printable(failure.path)): \(failure.error)")
             }
             if let stale = report.notInvalidated.first {
                 throw UserError(stale.message)
@@ -134,10 +134,10 @@ struct PurgeCommand: ParsableCommand {
         let verb = dryRun ? "would delete" : "deleted"
         for item in report.deleted {
             let kept = item.freedBytes == item.tag.size ? "" : "  (another name keeps them)"
-            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes\(kept)  last used \(isoTime(item.tag.lastUse))\n")
+            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(counted(item.tag.size, "byte"))\(kept)  last used \(isoTime(item.tag.lastUse))\n")
         }
         let storeCount = Set(report.deleted.map(\.store)).count
-        output.write("\(dryRun ? "would free" : "freed") \(report.freedBytes) bytes (\(humanBytes(report.freedBytes))) in \(report.deleted.count) file(s) from \(storeCount) store(s)\n")
+        output.write("\(dryRun ? "would free" : "freed") \(counted(report.freedBytes, "byte")) (\(humanBytes(report.freedBytes))) in \(counted(report.deleted.count, "file")) from \(counted(storeCount, "store"))\n")
         for skipped in report.skipped {
             output.write("skipped \(opened[skipped.store].path): mounted at \(skipped.mountpoint) (use --include-running to purge it too)\n")
         }

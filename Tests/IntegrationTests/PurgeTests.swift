@@ -47,6 +47,17 @@ struct PurgeTests {
         #expect(result.paths == ["Library/Caches/" + name])
     }
 
+    /// One file of one byte from one store: "1 byte … in 1 file from 1 store", not
+    /// "1 bytes" or "file(s)".
+    @Test func purgeCountsInWords() throws {
+        let container = try MountedContainer()
+        try Purging.write(container.stored("Library/Caches/one"), size: 1)
+        let text = try containerfs(["purge", container.store, "--caches"])
+        #expect(text.status == 0, "\(text)")
+        #expect(text.stdout.contains("Library/Caches/one  1 byte  last used"), "\(text)")
+        #expect(text.stdout.contains("freed 1 byte (1 B) in 1 file from 1 store\n"), "\(text)")
+    }
+
     @Test func dryRunDeletesNothing() throws {
         let container = try MountedContainer()
         try container.mount()
