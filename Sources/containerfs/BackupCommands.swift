@@ -235,6 +235,10 @@ struct ExcludeCommand: ParsableCommand {
             Sets the extended attribute \(BackupExclusion.attributeName) to 1. PATH is in a \
             container's store, or in a mounted container (then set through the mount). Programs \
             inside a container can do the same: setfattr -n \(BackupExclusion.attributeName) -v 1 FILE.
+
+            All or none: every PATH is found and its change asked for before any is changed, so \
+            one missing or refused (an Inbox file through the mount, a file this user may not \
+            change) leaves them all as they were.
             """)
 
     @Argument(help: "Files or folders in a container.")
@@ -252,7 +256,7 @@ struct IncludeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "include",
         abstract: "Back up files or folders again (removes the exclusion attribute).",
-        discussion: "Says so when a folder above PATH is still excluded.")
+        discussion: "Says so when a folder above PATH is still excluded. All or none, as exclude: one PATH missing or refused leaves them all as they were.")
 
     @Argument(help: "Files or folders in a container.")
     var paths: [String]

@@ -238,6 +238,31 @@ struct CLIErrorTests {
         #expect(try attribute("user.containerfs.exclude-from-backup"), "include changed the first path")
     }
 
+    /// Through a mount, `exclude A B` and `include A B` with B in the Inbox (the rules refuse
+    /// its change, EACCES) change neither path: every path's change is asked first.
+    @Test func excludeAndIncludeThroughAMountChangeNothingWhenOnePathIsRefused() throws {
+        try withMountedContainer { container in
+            let name = "user.containerfs.exclude-from-backup"
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: container.mounted("Documents/mine.txt")))
+            try Data("handed over\n".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/Inbox/given.txt")))
+            let allowed = container.mounted("Documents/mine.txt"), refused = container.mounted("Documents/Inbox/given.txt")
+            func attribute(_ path: String) throws -> Bool { try runProgram(["getfattr", "-n", name, path]).status == 0 }
+            let excluded = try containerfs(["exclude", allowed, refused])
+            expectUserError(excluded, status: 1, mentions: ["Documents/Inbox/given.txt", "Permission denied", "nothing was changed"], advice: ["leave it out"])
+            #expect(try !attribute(container.stored("Documents/mine.txt")), "exclude changed the first path")
+            // Both excluded in the store, behind the mount: include may not half-undo it.
+            for path in ["Documents/mine.txt", "Documents/Inbox/given.txt"] {
+                #expect(try runProgram(["setfattr", "-n", name, "-v", "1", container.stored(path)]).status == 0)
+            }
+            let included = try containerfs(["include", allowed, refused])
+            expectUserError(included, status: 1, mentions: ["Documents/Inbox/given.txt", "nothing was changed"], advice: ["leave it out"])
+            #expect(try attribute(container.stored("Documents/mine.txt")), "include changed the first path")
+            // Alone, the allowed path changes.
+            #expect(try containerfs(["include", allowed]).status == 0)
+            #expect(try !attribute(container.stored("Documents/mine.txt")))
+        }
+    }
+
     /// `deliver A MISSING` hands nothing over: the Inbox stays empty.
     @Test func deliverWithOneMissingFileDeliversNothing() throws {
         let container = try MountedContainer()
