@@ -73,6 +73,9 @@ public enum Purge {
         public var walked: [Int] = []
         /// Mounted stores whose daemon could not be told of the deletions.
         public var notInvalidated: [(store: Int, message: String)] = []
+
+        /// Nothing purged yet.
+        public init() {}
     }
 
     /// Purges `stores` (which must be on one device) as `options` say.

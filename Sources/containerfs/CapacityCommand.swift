@@ -97,7 +97,11 @@ func parseCapacity(_ text: String) throws(UserError) -> CapacityChoice {
 /// `--until-free`) asks, and prints what went.
 func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [TagKind] = [.temporary, .cache]) throws(UserError) {
     let wanted = try LowStorage.threshold(text, for: store, option: option)
-    let report = try LowStorage.purge(store, until: wanted, kinds: kinds)
+    printLowStorage(store, wanted, try LowStorage.purge(store, until: wanted, kinds: kinds))
+}
+
+/// What a low-storage purge of `store` to `wanted` bytes free did, as lines.
+func printLowStorage(_ store: Store, _ wanted: Int64, _ report: LowStorage.Report) {
     let output = FileHandleOutput.standardOutput
     guard report.freeBefore < wanted else { return }
     if report.temporaryEntries > 0 { output.write("low storage: emptied \(store.path)/tmp (\(counted(report.temporaryEntries, "entry", "entries")))\n") }

@@ -310,7 +310,7 @@ struct CLIErrorTests {
     /// which option to drop or what to unmount, not only that it is refused.
     @Test func purgeUntilFreeRefusalsSayWhatToDo() throws {
         let container = try MountedContainer()
-        for option in ["--json", "--dry-run", "--include-running"] {
+        for option in ["--dry-run", "--include-running"] {
             let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--until-free", "1M", option]) }
             expectUserError(result, status: 64, mentions: [option], advice: ["drop \(option)"])
         }
