@@ -315,7 +315,9 @@ extension Run {
         case .random: chosen = Launches.randomChoice(of: caches.count, using: &generator).map { caches[$0] }
         }
         // The walks before and after only when something goes.
-        let settle = chosen.isEmpty ? {} : DeviceCapacity.markChanges(storePaths: [store.path])
+        // A device ledger another process keeps locked: the purge still happens (the app is
+        // not running), its bytes recounted by the device's next first mount.
+        let settle = chosen.isEmpty ? {} : (try? DeviceCapacity.markChanges(storePaths: [store.path])) ?? {}
         defer { settle() }
         let removed = Purge.remove(chosen, from: store)
         let kept = caches.count - removed.files
@@ -351,7 +353,7 @@ extension Run {
                     _ = try? ControlChannel.invalidate(store, [added])
                     return "added \(added)"
                 case .rename(let from, let to):
-                    let settle = DeviceCapacity.markChanges(storePaths: [store.path])
+                    let settle = try DeviceCapacity.markChanges(storePaths: [store.path])
                     defer { settle() }
                     let paths = try FileSharing.move(from, to: to, in: store)
                     _ = try? ControlChannel.invalidate(store, paths)
@@ -364,7 +366,7 @@ extension Run {
                     _ = try? ControlChannel.invalidate(store, [replaced])
                     return "replaced \(replaced)"
                 case .delete(let path):
-                    let settle = DeviceCapacity.markChanges(storePaths: [store.path])
+                    let settle = try DeviceCapacity.markChanges(storePaths: [store.path])
                     defer { settle() }
                     let deleted = try FileSharing.remove(path, from: store)
                     _ = try? ControlChannel.invalidate(store, [deleted])

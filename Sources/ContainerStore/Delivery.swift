@@ -6,6 +6,12 @@ import Glibc
 public enum Delivery {
     static let stagingName = Array(name: "incoming")
 
+    /// The staging folder's lock, for the line of a command that waited for it: one
+    /// delivery, `share put` or user edit into the container at a time.
+    static func stagingDescription(_ store: Store) -> String {
+        "the lock on \(store.statePath)/incoming (one delivery or file-sharing change at a time)"
+    }
+
     /// Copies the file or folder at `source` into the Inbox as `name` (or the next free
     /// `name-1.ext`, `name-2.ext`…), never overwriting, and returns the name used.
     ///
@@ -38,7 +44,7 @@ public enum Delivery {
             }
             defer { close(lock) }  // and the lock with it
             do {
-                try sys { flock(lock, LOCK_EX) }
+                try LockWait.take(lock, LOCK_EX, stagingDescription(store))
                 let bytes = Capacity.treeBytes(at: staging, temporary)
                 try Capacity.checkFits(store, adding: bytes, "deliver \(shown) into \(store.path)")
                 try device?.admit(bytes, "deliver \(shown) into \(store.path)", need: "the delivery adds")

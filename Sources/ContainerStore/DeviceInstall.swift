@@ -64,9 +64,9 @@ public final class DeviceInstall {
         decide = try DeviceCapacity.openLock(state, DeviceCapacity.decideName)
         // Held until finish: no other install decides, and no daemon attaches first (and
         // walks a device that lacks this container), before this one is in place.
-        while flock(decide, LOCK_EX) != 0, errno == EINTR {}
+        try LockWait.take(decide, LOCK_EX, "the device's lock \(devicePath)/.containerfs-device/decide.lock (one install or first mount deciding at a time)")
         var used: Int64
-        if DeviceCapacity.ledger(devicePath: devicePath)?.attached == true {
+        if try DeviceCapacity.ledger(devicePath: devicePath)?.attached == true {
             let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
             guard ledger >= 0 else {
                 throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
@@ -74,15 +74,19 @@ public final class DeviceInstall {
             defer { close(ledger) }
             var fits = false
             used = 0
-            _ = DeviceLedger.change(ledger) { count in
+            let changed = DeviceLedger.change(ledger, within: LockWait.patience) { count in
                 used = count
                 fits = bytes == 0 || count.addingSaturated(bytes) <= capacity
                 return fits ? count.addingSaturated(bytes) : count
             }
+            guard changed != nil else {
+                throw UserError(LockWait.heldMessage(DeviceCapacity.ledgerDescription(devicePath), waited: LockWait.patience, holder: LockWait.holder(of: ledger)),
+                                exitCode: LockWait.exitCode)
+            }
             if fits {
                 reserved = bytes
                 // What the daemons did not count: the paths not mounted, as they are now.
-                marks = paths.map { DeviceCapacity.markChange(storePath: $0) }
+                for path in paths { marks.append(try DeviceCapacity.markChange(storePath: path)) }
                 return
             }
         } else {
@@ -101,7 +105,7 @@ public final class DeviceInstall {
     /// exactly by `admit`.
     public func check(_ bytes: Int64, _ what: String, need: String) throws(UserError) {
         guard bytes > 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
-        let used = DeviceCapacity.ledger(devicePath: devicePath).flatMap { $0.attached ? $0.used : nil }
+        let used = try DeviceCapacity.ledger(devicePath: devicePath).flatMap { $0.attached ? $0.used : nil }
             ?? (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
         guard used.addingSaturated(bytes) > capacity else { return }
         throw refusal(bytes, what, need: need, capacity: capacity, used: used)

@@ -81,6 +81,7 @@ public final class Store: Sendable {
                 do {
                     try BundleSwitch.recover(rootFD: rootFD, stateFD: stateFD)
                 } catch {
+                    if error.code == EWOULDBLOCK { throw BundleSwitch.Lock.held(stateFD: stateFD, statePath: path + "/.containerfs") }
                     throw UserError("cannot finish the interrupted update of \(path): \(error); open it again as its owner")
                 }
                 let layout: ContainerLayout

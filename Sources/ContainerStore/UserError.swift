@@ -3,7 +3,8 @@
 public struct UserError: Error, CustomStringConvertible, Sendable {
     /// What is wrong and what to do, as one line.
     public let message: String
-    /// 64 for misuse (EX_USAGE), 1 for anything else.
+    /// 64 for misuse (EX_USAGE), 75 for a lock another process held too long
+    /// (EX_TEMPFAIL, `LockWait`), 1 for anything else.
     public let exitCode: Int32
 
     public init(_ message: String, exitCode: Int32 = 1) {

@@ -71,7 +71,7 @@ struct CapacityCommand: ParsableCommand {
         let used = try DeviceCapacity.usedBytes(devicePath: store)
         let shown = current.map { "\(counted($0, "byte")) (\(humanBytes($0)))" } ?? "none"
         var line = "capacity of the device \(store): \(shown); used \(counted(used, "byte")) (\(humanBytes(used))) in its containers"
-        if current != nil, let ledger = DeviceCapacity.ledger(devicePath: store), ledger.attached {
+        if current != nil, let ledger = try DeviceCapacity.ledger(devicePath: store), ledger.attached {
             line += "; \(counted(ledger.used, "byte")) as its mounted containers' daemons count it"
         }
         FileHandleOutput.standardOutput.write(line + "\n")

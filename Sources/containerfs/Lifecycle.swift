@@ -88,7 +88,7 @@ struct Offload: ParsableCommand {
     func run() throws {
         try reportingErrors {
             // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = DeviceCapacity.markChanges(storePaths: [store])
+            let settle = try DeviceCapacity.markChanges(storePaths: [store])
             defer { settle() }
             let record = try Lifecycle.offload(store: store)
             FileHandleOutput.standardOutput.write(

@@ -34,6 +34,8 @@ struct PurgeCommand: ParsableCommand {
             The device: an app container's store stands for itself and the group containers it \
             belongs to ('create --group'); a device folder, for every container store in it, \
             apps and groups (docs/groups.md).
+
+            A lock that another process holds (a stopped update or delivery) is waited for at most 10 s, then the command gives up naming that process, exit 75 (see 'containerfs --help').
             """)
 
     @Argument(help: "Container stores, all on one device, or device folders.")
@@ -83,7 +85,10 @@ struct PurgeCommand: ParsableCommand {
             }
             // Stores not mounted, on a device whose mounted containers' daemons keep its
             // count: what goes is given back to the device's ledger (docs/capacity.md).
-            let marks = options.dryRun ? [] : opened.map { MountLock.holder($0) == nil ? DeviceCapacity.markChange($0) : nil }
+            var marks: [DeviceCapacity.ChangeMark?] = []
+            if !options.dryRun {
+                for store in opened { marks.append(MountLock.holder(store) == nil ? try DeviceCapacity.markChange(store) : nil) }
+            }
             let report = try Purge.purge(opened, options)
             for (store, mark) in zip(opened, marks) { DeviceCapacity.settleChange(mark, store) }
             var output = BufferedOutput()
@@ -157,7 +162,7 @@ struct PurgeCommand: ParsableCommand {
         var lines: [String] = []
         for (number, (store, wanted)) in zip(opened, thresholds).enumerated() {
             // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let mark = DeviceCapacity.markChange(store)
+            let mark = try DeviceCapacity.markChange(store)
             let report = try LowStorage.purge(store, until: wanted, kinds: kinds)
             DeviceCapacity.settleChange(mark, store)
             if !json { printLowStorage(store, wanted, report) }
