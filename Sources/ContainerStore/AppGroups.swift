@@ -42,7 +42,7 @@ extension Store {
             }
         } catch {
             removeTree(at: parentFD, staging)
-            throw UserError("cannot create \(path): \(error)")
+            throw UserError.failed("cannot create \(path)", error)
         }
         return try open(path)
     }

@@ -71,7 +71,7 @@ public enum Delivery {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot deliver \(shown) into \(store.path): \(error)")
+            throw UserError.failed("cannot deliver \(shown) into \(store.path)", error)
         }
     }
 

@@ -171,7 +171,7 @@ public enum FileSharing {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot put \(source) as \(target): \(error)")
+            throw UserError.failed("cannot put \(source) as \(target)", error)
         }
     }
 
@@ -219,7 +219,7 @@ public enum FileSharing {
             guard renamed == 0 else { throw Errno.current }
         } catch {
             removeTree(at: parent, temporary)
-            throw UserError("cannot get \(source) into \(shown): \(error)")
+            throw UserError.failed("cannot get \(source) into \(shown)", error)
         }
         if folder == here { return leaf }
         return (folder.last == slash ? folder : folder + [slash]) + leaf

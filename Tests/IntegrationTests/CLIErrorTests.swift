@@ -263,6 +263,16 @@ struct CLIErrorTests {
         }
     }
 
+    /// A path the system refuses (a missing archive, a store under /proc) is named with the
+    /// errno and what to do about it, not the bare errno string.
+    @Test func systemRefusalsSayWhatToDo() throws {
+        let scene = try CLIScene()
+        let missing = try scene.unchanged { try containerfs(["restore", scene.base + "/missing.tar", scene.base + "/restored", "--bundle", scene.bundle]) }
+        expectUserError(missing, status: 1, mentions: ["missing.tar", "No such file or directory"], advice: ["check that the path"])
+        let proc = try containerfs(["create", "/proc/containerfs-store", "--bundle", scene.bundle])
+        expectUserError(proc, status: 1, mentions: ["/proc/containerfs-store"], advice: ["check that the path"])
+    }
+
     /// `deliver A MISSING` hands nothing over: the Inbox stays empty.
     @Test func deliverWithOneMissingFileDeliversNothing() throws {
         let container = try MountedContainer()
