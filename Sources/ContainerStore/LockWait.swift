@@ -50,6 +50,13 @@ public enum LockWait {
         while flock(fd, operation | LOCK_NB) != 0 {
             if errno == EINTR { continue }
             guard errno == EWOULDBLOCK, seconds > 0 else { return false }
+            // A legitimate holder (another daemon changing the ledger) lets go within
+            // microseconds: a few short tries first spare a thread for each such meeting.
+            for _ in 0..<10 {
+                usleep(100)
+                if flock(fd, operation | LOCK_NB) == 0 { return true }
+                guard errno == EWOULDBLOCK || errno == EINTR else { return false }
+            }
             return interruptInstalled ? waitBlocking(fd, operation, seconds) : waitPolling(fd, operation, seconds)
         }
         return true
