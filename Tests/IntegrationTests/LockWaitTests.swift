@@ -106,16 +106,24 @@ struct LockWaitTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: container.stored("Documents/Inbox")) == ["report.txt"], "one delivery, the first")
     }
 
-    /// python3 holding the device's ledger: `purge DEVICE` gives up after the bound naming
+    /// python3 holding the device's decide.lock: `mount` of one of its containers gives up
+    /// after the bound, naming it, exit 75. Holding its ledger: `purge DEVICE` gives up after the bound naming
     /// it, nothing purged; a mounted container of the device answers a write that needs
     /// the ledger with ENOSPC within the daemon's own bound (1 s) instead of waiting, and
     /// writes again once the ledger is free.
-    @Test func aLedgerHeldByAnotherProcessBlocksNeitherCommandsNorTheDaemon() throws {
+    @Test func deviceLocksHeldByAnotherProcessBlockNeitherCommandsNorTheDaemon() throws {
         let device = try GroupDevice()
         try Data(count: 4096).write(to: URL(fileURLWithPath: device.other + "/Library/Caches/c.bin"))
         #expect(try containerfs(["capacity", device.device, "8M"]).status == 0)
         let mountpoint = device.base + "/mnt"
         try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+        // The device's decide.lock held: the daemon gives up attaching, and mount says so.
+        let decide = device.device + "/.containerfs-device/decide.lock"
+        let deciding = try Self.pythonHolding(decide, marker: device.base + "/deciding")
+        Self.expectGaveUp(try Self.bounded(["mount", device.other, mountpoint]), holder: "process \(deciding.pid) (python3)", lock: decide)
+        kill(deciding.pid, SIGKILL)
+        _ = deciding.wait()
+        #expect(MountEntryProbe.isMounted(mountpoint) == false)
         let mounted = try containerfs(["mount", device.other, mountpoint])
         try #require(mounted.status == 0, "\(mounted)")
         defer {
@@ -143,5 +151,13 @@ struct LockWaitTests {
         _ = holder.wait()
         let again = try runProgram(["dd", "if=/dev/zero", "of=\(mountpoint)/Documents/big", "bs=64k", "count=4"])
         #expect(again.status == 0, "the ledger free, writes go on: \(again)")
+    }
+}
+
+/// Whether `path` is a mount point now, from /proc/self/mountinfo.
+enum MountEntryProbe {
+    static func isMounted(_ path: String) -> Bool {
+        let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        return table.split(separator: "\n").contains { $0.split(separator: " ").dropFirst(4).first.map(String.init) == path }
     }
 }
