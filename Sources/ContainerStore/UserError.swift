@@ -44,6 +44,7 @@ extension Errno {
         case EISDIR: "it is a folder: name a file"
         case EEXIST: "something is in the way: remove it, or choose another name"
         case ENAMETOOLONG: "a name or the path is too long: choose a shorter one"
+        case EWOULDBLOCK: "another process keeps a lock on its folder (see /proc/locks): try again once it ends"
         default: nil
         }
     }

@@ -57,7 +57,7 @@ struct LockWaitTests {
     static func pythonHolding(_ path: String, marker: String) throws -> BackgroundProgram {
         let script = """
             import fcntl, os, sys, time
-            fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(sys.argv[1], os.O_RDONLY) if os.path.isdir(sys.argv[1]) else os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
             open(sys.argv[2], "w").close()
             time.sleep(120)
@@ -123,6 +123,13 @@ struct LockWaitTests {
         Self.expectGaveUp(try Self.bounded(["mount", device.other, mountpoint]), holder: "process \(deciding.pid) (python3)", lock: decide)
         kill(deciding.pid, SIGKILL)
         _ = deciding.wait()
+        // The device folder itself held (where create makes its working folder): refused.
+        let folder = try Self.pythonHolding(device.device, marker: device.base + "/folder")
+        let created = try Self.bounded(["create", device.device + "/New", "--bundle", device.base + "/Demo.app"])
+        #expect(created.result.status == 1 && created.result.stderr.contains("another process keeps a lock on its folder"), "\(created)")
+        #expect(created.seconds < Self.slack && access(device.device + "/New", F_OK) != 0)
+        kill(folder.pid, SIGKILL)
+        _ = folder.wait()
         #expect(MountEntryProbe.isMounted(mountpoint) == false)
         let mounted = try containerfs(["mount", device.other, mountpoint])
         try #require(mounted.status == 0, "\(mounted)")
