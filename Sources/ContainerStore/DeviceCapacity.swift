@@ -320,7 +320,12 @@ public final class DeviceLedger: Sendable {
         if flock(attached, LOCK_EX | LOCK_NB) == 0 {
             // No other daemon counts: the ledger may be stale; the stores say what is used.
             let used = (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
-            account.store(used)
+            // At mount, not in a request: a ledger held too long fails the mount, as a
+            // command's wait does, rather than leave the stale count.
+            guard change(ledger, within: LockWait.patience, { _ in used }) != nil else {
+                throw UserError(LockWait.heldMessage(DeviceCapacity.ledgerDescription(devicePath), waited: LockWait.patience, holder: LockWait.holder(of: ledger)),
+                                exitCode: LockWait.exitCode)
+            }
         }
         try LockWait.take(attached, LOCK_SH, "the device's lock \(devicePath)/.containerfs-device/attached.lock")
         return account
@@ -353,10 +358,6 @@ public final class DeviceLedger: Sendable {
         if changing({ max(0, $0.addingSaturated(change)) }) == nil {
             turn.withLock { $0.pending = $0.pending.addingSaturated(change) }
         }
-    }
-
-    private func store(_ value: Int64) {
-        _ = changing { _ in value }
     }
 
     /// Reads the count, writes back what `update` makes of it, all under the ledger's
