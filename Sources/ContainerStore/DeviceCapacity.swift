@@ -68,7 +68,7 @@ public enum DeviceCapacity {
     /// it found at mount.
     public static func write(devicePath path: String, _ bytes: Int64?) throws(UserError) {
         let deviceFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard deviceFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        guard deviceFD >= 0 else { throw UserError.failed("cannot open the device folder \(path)", Errno.current) }
         defer { close(deviceFD) }
         guard let state = try stateFolder(deviceFD, creating: bytes != nil) else { return }
         defer { close(state) }
@@ -103,13 +103,13 @@ public enum DeviceCapacity {
     /// (a device whose last group was removed would count as empty, and take any install).
     public static func usedBytes(devicePath path: String) throws(UserError) -> Int64 {
         let folderFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard folderFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        guard folderFD >= 0 else { throw UserError.failed("cannot open the device folder \(path)", Errno.current) }
         defer { close(folderFD) }
         let base = path.hasSuffix("/") ? path : path + "/"
         // Hidden names are not containers: the state folder, and containers being built aside.
         let names: [[UInt8]]
         do { names = try Directory.entries(of: folderFD).map(\.name).filter { $0.first != UInt8(ascii: ".") } } catch {
-            throw UserError("cannot read the device folder \(path): \(error)")
+            throw UserError.failed("cannot read the device folder \(path)", error)
         }
         return names.reduce(Int64(0)) { total, name in
             guard let store = try? Store.open(at: folderFD, name, path: base + String(decoding: name, as: UTF8.self), changing: false) else { return total }

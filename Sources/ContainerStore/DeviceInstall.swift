@@ -57,7 +57,7 @@ public final class DeviceInstall {
         guard decide < 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
         let bytes = max(0, bytes)  // so that `finish` can negate the reservation
         let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard deviceFD >= 0 else { throw UserError("cannot open the device folder \(devicePath): \(Errno.current)") }
+        guard deviceFD >= 0 else { throw UserError.failed("cannot open the device folder \(devicePath)", Errno.current) }
         defer { close(deviceFD) }
         guard let state = try DeviceCapacity.stateFolder(deviceFD, creating: false) else { return }
         defer { close(state) }
@@ -146,7 +146,7 @@ extension Store {
         guard !identifiers.isEmpty else { return 0 }
         let parentPath = splitParent(storePath).parent
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard parentFD >= 0 else { throw UserError("cannot open the device folder \(parentPath): \(Errno.current)") }
+        guard parentFD >= 0 else { throw UserError.failed("cannot open the device folder \(parentPath)", Errno.current) }
         defer { close(parentFD) }
         var total: Int64 = 0
         for identifier in identifiers {
