@@ -156,8 +156,11 @@ public enum LockWait {
 
     /// A process holding a lock: its pid, its name, and whether it is stopped.
     public struct Holder: Equatable, Sendable {
+        /// Its pid, as `/proc/locks` gives it in this process's pid namespace.
         public var pid: pid_t
+        /// Its name (`/proc/PID/comm`), controls left out; empty when it is gone.
         public var name: String
+        /// Whether it is stopped (SIGSTOP, Ctrl-Z, a debugger).
         public var stopped: Bool
     }
 
