@@ -36,7 +36,7 @@ release: deps
 # Then the Debian packages, this release's and the other's, are built, checked, and
 # installed and tried, each in a clean root of its release (scripts/test-deb.sh).
 # The scale runs in LONG_TESTS take minutes: `make soak` runs them (CI runs both).
-LONG_TESTS = manyFilesFromALoginShell
+LONG_TESTS = manyFilesFromALoginShell|gitCloneAndTarOfLargeTrees|largeContainerInBoundedMemory
 test: build
 	SWIFT=$(SWIFT) scripts/run-tests.sh --skip '$(LONG_TESTS)' $(BUILD_FLAGS)
 	$(MAKE) deb deb-other

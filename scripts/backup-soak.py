@@ -8,12 +8,14 @@ Each round, K processes at once change the container through the mount until the
 backups are done: they create files, rewrite them in place, rewrite them truncating, save
 them atomically (a temporary name renamed over), truncate and append, move files and folders
 between Documents, Library, Library/Application Support, Library/Caches, tmp and nested
-folders, hard-link, delete, and set and clear the exclude-from-backup attribute (to 1, yes or
-0) on files and folders. Each process has its own names (w0…, w1…) in the shared folders, so
+folders, hard-link, delete, make files sparse (truncated up by 1–32 MiB, then written past
+the hole), and set and clear the exclude-from-backup attribute (to 1, yes or 0) on files and
+folders. Each process has its own names (w0…, w1…) in the shared folders, so
 it knows exactly what it made: every file's content is one 16-byte record repeated,
 `w1f00042v000007\\n` (the file and its version), so a part of one version beside a part of
-another, a shifted or a zero-filled stretch are seen. Every state a file passes through is
-recorded (with appends and fresh writes any length on the way).
+another, a shifted or a zero-filled stretch are seen; a sparse file holds zeros exactly in
+its hole and the record everywhere else. Every state a file passes through is recorded
+(with appends and fresh writes any length on the way, and its hole).
 
 Meanwhile `containerfs backup STORE ARCHIVE --json` runs B times and `backup --list --json`
 once; after the round a backup of the still container. Each backup is checked against
@@ -24,7 +26,10 @@ GNU tar (`tar -tv --full-time`, names as bytes, and an extraction) and the proce
   was excluded during the whole backup (itself or a folder above it) is in it, and the
   report's "excluded" names each such item whose folder above is not excluded;
 - every file in it holds a state its file really had: its name gives the file, its
-  content a version of it, whole, and a length that version had;
+  content a version of it, whole, and a length that version had (with its hole);
+- holes are not stored: the archive is no larger than the report's data bytes (data
+  regions) and its headers, and a file that had a hole of 1 MiB or more takes that much
+  less room once GNU tar extracted it and once restored;
 - every file and folder the processes left alone during the whole backup is in it, with
   the content it had; nothing is in it that did not exist then (the backup of the still
   container is therefore exactly what the processes' model says);
@@ -41,7 +46,7 @@ of the backups are drawn from it too; the interleaving is the machine's. A failu
 the seed and what differed: replay with the same options. Needs root (it mounts); CONTAINERFS
 names the binary (default: .build/debug/containerfs).
 """
-import argparse, errno, json, multiprocessing, os, random, re, shutil, subprocess, sys, tempfile, time
+import argparse, errno, hashlib, json, multiprocessing, os, random, re, shutil, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("CONTAINERFS", os.path.join(ROOT, ".build/debug/containerfs"))
@@ -74,6 +79,15 @@ def content(ident, version, start, end):
     return (record(ident, version) * ((end - first + 15) // 16))[start - first:end - first]
 
 
+def expected(ident, version, length, hole):
+    """A file's bytes at a state: its record from offset 0, zeros in its hole."""
+    data = content(ident, version, 0, length)
+    if hole and hole[0] < length:
+        end = min(hole[1], length)
+        data = data[:hole[0]] + bytes(end - hole[0]) + data[end:]
+    return data
+
+
 def in_set(path):
     """Whether a path is in Documents or Library but not Library/Caches."""
     top = path.split("/")
@@ -92,6 +106,7 @@ class Inode:
         Inode.counter += 1
         self.key = "%s#%d" % (ident, Inode.counter)
         self.ident, self.version, self.length, self.excluded = ident, version, length, False
+        self.hole = None  # (start, end): zeros there, no block (a sparse file)
 
 
 class Model:
@@ -103,16 +118,16 @@ class Model:
         self.files = {}  # path -> Inode
         self.serial = 0
         self.versions = {}  # ident -> the last version number used
-        self.history = {}   # ident -> [(version, shortest, longest)]: every state it had
+        self.history = {}   # ident -> [(version, shortest, longest, hole)]: every state it had
 
     def snapshot(self):
-        return ({p: (i.ident, i.version, i.length, i.key, i.excluded) for p, i in self.files.items()}, dict(self.dirs))
+        return ({p: (i.ident, i.version, i.length, i.key, i.excluded, i.hole) for p, i in self.files.items()}, dict(self.dirs))
 
     def names(self, inode):
         return sorted(p for p, i in self.files.items() if i is inode)
 
-    def state(self, ident, version, shortest, longest):
-        self.history.setdefault(ident, []).append((version, shortest, longest))
+    def state(self, ident, version, shortest, longest, hole=None):
+        self.history.setdefault(ident, []).append((version, shortest, longest, hole))
 
     def new_version(self, ident):
         self.versions[ident] = self.versions.get(ident, 0) + 1
@@ -174,7 +189,7 @@ class Worker:
         more = self.random.randrange(1, 64 << 10)
         fd = os.open(self.real(path), os.O_WRONLY | os.O_APPEND)
         try:
-            self.model.state(inode.ident, inode.version, inode.length, inode.length + more)
+            self.model.state(inode.ident, inode.version, inode.length, inode.length + more, inode.hole)
             self.write_all(fd, content(inode.ident, inode.version, inode.length, inode.length + more))
             inode.length += more
         finally:
@@ -189,7 +204,11 @@ class Worker:
         length = self.random.randrange(0, inode.length + 1)
         os.truncate(self.real(path), length)
         inode.length = length
-        self.model.state(inode.ident, inode.version, length, length)
+        if inode.hole and length <= inode.hole[0]:
+            inode.hole = None
+        elif inode.hole and length < inode.hole[1]:
+            inode.hole = (inode.hole[0], length)
+        self.model.state(inode.ident, inode.version, length, length, inode.hole)
         return self.model.names(inode)
 
     def rewrite_in_place(self, path=None):
@@ -198,12 +217,14 @@ class Worker:
         if not path:
             return None
         inode = self.model.files[path]
+        if inode.length > MAX_LENGTH:
+            return None  # a sparse file: more than one write request, which a backup may see half done
         version = self.model.new_version(inode.ident)
         fd = os.open(self.real(path), os.O_WRONLY)
         try:
             self.model.state(inode.ident, version, inode.length, inode.length)
             self.write_all(fd, content(inode.ident, version, 0, inode.length), 0)
-            inode.version = version
+            inode.version, inode.hole = version, None
         finally:
             os.close(fd)
         return self.model.names(inode)
@@ -227,7 +248,7 @@ class Worker:
         inode = self.model.files[path]
         fd = os.open(self.real(path), os.O_WRONLY | os.O_TRUNC)
         try:
-            inode.length = 0
+            inode.length, inode.hole = 0, None
             self.model.state(inode.ident, inode.version, 0, 0)
             version, size = self.model.new_version(inode.ident), self.size()
             self.model.state(inode.ident, version, 0, size)
@@ -262,6 +283,29 @@ class Worker:
         os.rename(self.real(temporary), self.real(path))
         m.files[path] = m.files.pop(temporary)
         return [temporary, path]
+
+    def sparse(self):
+        """A hole: a new file, or one without a hole, truncated up by 1–32 MiB (sparse: no
+        block), then a stretch of its record written past the hole, as a program that
+        preallocates with ftruncate or writes at an offset does."""
+        m = self.model
+        path = self.some_file() if self.random.random() < 0.6 else None
+        if path is None or m.files[path].hole or m.files[path].length > MAX_LENGTH:
+            path = self.create()[0]
+        inode = m.files[path]
+        start, gap, tail = inode.length, self.random.randrange(1 << 20, 32 << 20), self.random.randrange(1, 64 << 10)
+        fd = os.open(self.real(path), os.O_WRONLY)
+        try:
+            inode.hole = (start, start + gap)
+            m.state(inode.ident, inode.version, start + gap, start + gap, inode.hole)
+            os.ftruncate(fd, start + gap)
+            inode.length = start + gap
+            m.state(inode.ident, inode.version, start + gap, start + gap + tail, inode.hole)
+            self.write_all(fd, content(inode.ident, inode.version, start + gap, start + gap + tail), start + gap)
+            inode.length = start + gap + tail
+        finally:
+            os.close(fd)
+        return m.names(inode)
 
     def move_file(self):
         m = self.model
@@ -363,7 +407,7 @@ class Worker:
     OPERATIONS = [
         (create, 14), (append, 8), (truncate, 4), (rewrite_in_place, 10), (busy, 3), (rewrite_truncating, 5),
         (atomic_save, 6), (move_file, 8), (hard_link, 4), (delete, 7), (make_folder, 3),
-        (move_folder, 3), (remove_folder, 1), (set_exclusion, 6),
+        (move_folder, 3), (remove_folder, 1), (set_exclusion, 6), (sparse, 4),
     ]
 
     def run(self, stop, progress, most):
@@ -486,38 +530,53 @@ class Expectation:
 
 
 def check_content(path, data, history):
-    """The data of an archived file: a state its file had."""
+    """The data of an archived file: a state its file had. Returns what is wrong (or None)
+    and the hole of the state it matched."""
     leaf = LEAF.match(path.rsplit("/", 1)[-1])
     if not leaf:
-        return "%s is no file the workers made" % path
+        return "%s is no file the workers made" % path, None
     ident = leaf.group(1)
     states = history.get(ident, [])
-    if len(data) >= 16:
-        match = re.match(rb"^(w\d+f\d{5})v(\d{6})\n", data[:16])
+    match = re.match(rb"^(w\d+f\d{5})v(\d{6})\n", data[:16])
+    if len(data) >= 16 and 0 not in data[:16]:
         if not match or match.group(1).decode() != ident:
-            return "%s begins with %r, not a record of %s" % (path, data[:16], ident)
+            return "%s begins with %r, not a record of %s" % (path, data[:16], ident), None
         versions = [int(match.group(2))]
     else:
-        versions = sorted({v for v, _, _ in states})
+        versions = sorted({state[0] for state in states})  # short, or a hole in its first record
     lengths = []
     for version in versions:
-        if data == content(ident, version, 0, len(data)):
-            if any(v == version and low <= len(data) <= high for v, low, high in states):
-                return None
-            lengths.append((version, [s for s in states if s[0] == version]))
+        of_version = [state for state in states if state[0] == version]
+        for hole in {state[3] for state in of_version}:
+            if data == expected(ident, version, len(data), hole):
+                if any(low <= len(data) <= high and h == hole for _, low, high, h in of_version):
+                    return None, hole
+                lengths.append((version, of_version))
     if lengths:
-        return "%s holds %d bytes of a version, a length it never had: %s" % (path, len(data), lengths)
-    if len(data) >= 16:
-        expected = content(ident, versions[0], 0, len(data))
-        at = next(i for i in range(len(data)) if data[i] != expected[i])
-        return "%s (%d bytes) is torn: version %d up to byte %d, then %r" % (path, len(data), versions[0], at, data[at - at % 16:at - at % 16 + 16])
-    return "%s holds %r, no state of %s" % (path, data, ident)
+        return "%s holds %d bytes of a version, a length it never had: %s" % (path, len(data), lengths), None
+    if len(data) >= 16 and versions:
+        holes = [state[3] for state in states if state[0] == versions[0]] or [None]
+        wanted = expected(ident, versions[0], len(data), holes[-1])
+        at = next((i for i in range(len(data)) if data[i] != wanted[i]), len(data))
+        return "%s (%d bytes) is torn: version %d (hole %s) up to byte %d, then %r" % (
+            path, len(data), versions[0], holes[-1], at, data[at - at % 16:at - at % 16 + 16]), None
+    return "%s holds %r, no state of %s" % (path, data[:64], ident), None
+
+
+def digest(data):
+    return hashlib.sha256(data).digest()
+
+
+def file_digest(path):
+    with open(path, "rb") as f:
+        return digest(f.read())
 
 
 def check_backup(name, report, archive, expect, history, workdir, bundle, env):
     """One archive against GNU tar, the models and a restore. Returns (problems, figures)."""
     problems = []
-    entries = [e for e in tar_listing(archive) if not e[2].startswith(".containerfs-backup")]
+    listed = tar_listing(archive)
+    entries = [e for e in listed if not e[2].startswith(".containerfs-backup")]
     files = [e for e in entries if e[0] == "-"]
     figures = (len(files), sum(e[1] for e in files))
     if report["entries"] != len(entries):
@@ -532,29 +591,39 @@ def check_backup(name, report, archive, expect, history, workdir, bundle, env):
         names[path] = (kind, size, target)
         if not in_set(path):
             problems.append("%s: %s is outside Documents and Library, or in Library/Caches" % (name, path))
+    # Holes are not stored: the archive is its data regions and headers (4 KiB an entry is
+    # plenty: a pax header, a ustar header, a sparse map of two regions, padding).
+    manifest_size = sum(e[1] for e in listed if e[2] == ".containerfs-backup/manifest")
+    room = report["dataBytes"] + manifest_size + 4096 * (len(entries) + 2) + (64 << 10)
+    if os.path.getsize(archive) > room or report["dataBytes"] > report["bytes"]:
+        problems.append("%s: the archive has %d bytes, more than its %d bytes of data regions (of %d bytes of files) and headers"
+                        % (name, os.path.getsize(archive), report["dataBytes"], report["bytes"]))
     extracted = os.path.join(workdir, "extracted")
     os.makedirs(extracted)
     run("tar", "-xf", archive, "-C", extracted)
-    contents = {}
+    contents, holes = {}, {}
     for path, (kind, size, target) in names.items():
         if kind in "-h":
             with open(os.path.join(extracted, path), "rb") as f:
                 data = f.read()
-            contents[path] = data
+            contents[path] = digest(data)
             if kind == "-" and len(data) != size:
                 problems.append("%s: %s is listed at %d bytes and extracts to %d" % (name, path, size, len(data)))
-            wrong = check_content(path, data, history)
+            wrong, hole = check_content(path, data, history)
             if wrong:
                 problems.append("%s: %s" % (name, wrong))
+            elif hole and min(hole[1], len(data)) - hole[0] >= 1 << 20:
+                holes[path] = (min(hole[1], len(data)) - hole[0], len(data))
+            del data
         elif kind != "d":
             problems.append("%s: %s is of type %s, which no worker makes" % (name, path, kind))
     wanted = expect.backed_up()
     for path, info in sorted(wanted.items()):
         if path not in names:
             problems.append("%s: %s was left alone during the backup and is not in it" % (name, path))
-        elif info is not None and contents.get(path) != content(info[0], info[1], 0, info[2]):
-            problems.append("%s: %s was left alone during the backup at version %d, %d bytes, and is archived otherwise"
-                            % (name, path, info[1], info[2]))
+        elif info is not None and contents.get(path) != digest(expected(info[0], info[1], info[2], info[5])):
+            problems.append("%s: %s was left alone during the backup at version %d, %d bytes (hole %s), and is archived otherwise"
+                            % (name, path, info[1], info[2], info[5]))
     for path in sorted(names):
         if path in wanted or not expect.own(path):
             continue
@@ -574,11 +643,17 @@ def check_backup(name, report, archive, expect, history, workdir, bundle, env):
     else:
         for path, data in contents.items():
             try:
-                with open(os.path.join(restored, path), "rb") as f:
-                    if f.read() != data:
-                        problems.append("%s: the restored %s differs from GNU tar's extraction" % (name, path))
+                if file_digest(os.path.join(restored, path)) != data:
+                    problems.append("%s: the restored %s differs from GNU tar's extraction" % (name, path))
             except OSError as e:
                 problems.append("%s: the restored container lacks %s: %s" % (name, path, e))
+        # A hole of 1 MiB or more takes no room, extracted by GNU tar or restored.
+        for path, (hole, length) in sorted(holes.items()):
+            for where, root in (("GNU tar's extraction", extracted), ("the restored container", restored)):
+                used = os.lstat(os.path.join(root, path)).st_blocks * 512
+                if used > length - hole + (64 << 10):
+                    problems.append("%s: %s has a hole of %d of its %d bytes and takes %d bytes in %s"
+                                    % (name, path, hole, length, used, where))
         restored_count = json.loads(result.stdout)["entries"]
         if restored_count != len(entries):
             problems.append("%s: restore says %d entries, GNU tar lists %d" % (name, restored_count, len(entries)))
@@ -705,7 +780,7 @@ def main():
                     continue
                 problems, counted = check_backup(name, report, archive, expect, history, "%s/check-%d" % (base, len(figures)), bundle, env)
                 failures.extend(problems)
-                figures.append(counted + (len(expect.touched_set),))
+                figures.append(counted + (len(expect.touched_set), report["sparseFiles"]))
                 os.unlink(archive)
             if failures:
                 break
@@ -723,10 +798,10 @@ def main():
     def spread(values, scale=1):
         values = [v / scale for v in values] or [0]
         return "%.1f–%.1f (mean %.1f)" % (min(values), max(values), sum(values) / len(values))
-    print("seed %d%s: %d rounds, %d workers, %d operations; %d backups checked: files %s, MiB %s, "
+    print("seed %d%s: %d rounds, %d workers, %d operations; %d backups checked: files %s (sparse %s), MiB %s, "
           "paths changed during each %s; %.0f s"
           % (options.seed, (" -o %s" % options.options if options.options else "") + (" capacity %d MiB" % options.capacity if options.capacity else ""),
-             options.rounds, options.workers, operations, len(figures), spread([f[0] for f in figures]),
+             options.rounds, options.workers, operations, len(figures), spread([f[0] for f in figures]), spread([f[3] for f in figures]),
              spread([f[1] for f in figures], 1 << 20), spread([f[2] for f in figures]), clock() - started))
     for note in gave_up:
         print("note (seed %d): gave up on a busy file, as documented: %s" % (options.seed, note))

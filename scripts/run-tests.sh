@@ -28,7 +28,8 @@ if [[ "$status" -eq 0 && -w "$switch" ]]; then
   echo "== the mount suites again, with FUSE over io_uring on =="
   # Each root mount checks at unmount that its daemon served requests through the rings
   # (MountedContainer.expectRequestsThroughRings): a silent fall-back fails the pass.
-  CONTAINERFS_TEST_URING=1 timeout --kill-after=30 900 "$swift" test "$@" --skip-build --no-parallel --filter "$ring_suites" 2>&1 | tee -a "$log"
+  # The differential fuzz takes three seeds of its own here (6-8), not the first pass's 1-5.
+  CONTAINERFS_TEST_URING=1 CONTAINERFS_FUZZ_SEED=${CONTAINERFS_FUZZ_SEED:-6} CONTAINERFS_FUZZ_SEEDS=${CONTAINERFS_FUZZ_SEEDS:-3} timeout --kill-after=30 900 "$swift" test "$@" --skip-build --no-parallel --filter "$ring_suites" 2>&1 | tee -a "$log"
   status=${PIPESTATUS[0]}
   echo "$before" > "$switch"
 fi

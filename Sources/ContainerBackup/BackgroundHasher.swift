@@ -40,6 +40,21 @@ final class BackgroundHasher: @unchecked Sendable {
         }
     }
 
+    /// Hands `bytes` over in pieces copied into `buffers` in turn (`slot` is the next one's),
+    /// for bytes that do not stay put until hashed (libarchive's block, a small array).
+    func feed(_ bytes: UnsafeRawBufferPointer, through buffers: [UnsafeMutableRawBufferPointer], slot: inout Int) {
+        var start = 0
+        while start < bytes.count {
+            let buffer = buffers[slot]
+            let count = min(buffer.count, bytes.count - start)
+            waitForSlot(slot)
+            buffer.baseAddress!.copyMemory(from: bytes.baseAddress! + start, byteCount: count)
+            update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), slot: slot)
+            slot ^= 1
+            start += count
+        }
+    }
+
     /// The digest of everything handed over since `reset`.
     func finalize() -> [UInt8] {
         queue.sync { Array(hasher.finalize()) }

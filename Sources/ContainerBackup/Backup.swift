@@ -11,8 +11,14 @@ public struct BackupSummary: Sendable {
     public var entries = 0
     /// Files whose data was written (a hard link's other names not counted).
     public var files = 0
-    /// Bytes of file data written.
+    /// The files' sizes (apparent sizes, as `ls -l` and `tar -tv` show them; held at
+    /// `Int64.max`, which sparse files can pass between them).
     public var bytes: Int64 = 0
+    /// The bytes of file data the archive holds: a plain file's size, a sparse file's data
+    /// regions (its holes take no room).
+    public var dataBytes: Int64 = 0
+    /// Files written as sparse entries (they have holes).
+    public var sparseFiles = 0
     /// Files that were deleted or replaced between the scan and their turn.
     public var vanished: [ContainerPath] = []
     /// The archive's size.
@@ -249,10 +255,36 @@ struct BackupWriter {
             // still be copying its data: wait for it. The file system holds the inode's lock
             // through a whole write, and SEEK_HOLE takes it (ext4, btrfs, tmpfs); any
             // write from here on stamps a later time, which the check after the read sees.
-            _ = lseek(fd, 0, seekHole)
+            // Its answer also says whether the file has a hole: one before its end.
+            let firstHole = Int64(lseek(fd, 0, seekHole))
             let mark = writer.sink.markRewindPoint()
             var fileHeader = header(item, info: ItemStat(before))
             fileHeader.size = Int64(before.st_size)
+            if firstHole >= 0, firstHole < fileHeader.size {
+                let map = try Self.dataRegions(fd, size: fileHeader.size, firstHole: firstHole, path: item.path)
+                fileHeader.sparseMap = map
+                try writer.writeHeader(fileHeader)
+                guard let digest = try writeSparseData(fd, map) else {
+                    try writer.finishEntry()
+                    try writer.sink.rewind(to: mark)
+                    continue
+                }
+                var after = stat()
+                try sys { fstat(fd, &after) }
+                if after.st_size != before.st_size || !same(after.st_mtim, before.st_mtim) || !same(after.st_ctim, before.st_ctim) {
+                    try writer.finishEntry()
+                    try writer.sink.rewind(to: mark)
+                    continue
+                }
+                try writer.finishEntry()
+                try record(.sparseFile(item.path, sha256: digest))
+                if before.st_nlink > 1 { written[identity] = (item.path, before.st_ctim) }
+                summary.files += 1
+                summary.sparseFiles += 1
+                summary.bytes = summary.bytes.addingSaturated(Int64(before.st_size))
+                summary.dataBytes = summary.dataBytes.addingSaturated(map.dataBytes)
+                return true
+            }
             try writer.writeHeader(fileHeader)
             // A large file is hashed on the second core while it is read and written; a
             // small one here (handing it over would cost more than hashing it).
@@ -297,10 +329,87 @@ struct BackupWriter {
             try record(.file(item.path, sha256: digest))
             if before.st_nlink > 1 { written[identity] = (item.path, before.st_ctim) }
             summary.files += 1
-            summary.bytes += Int64(before.st_size)
+            summary.bytes = summary.bytes.addingSaturated(Int64(before.st_size))
+            summary.dataBytes = summary.dataBytes.addingSaturated(Int64(before.st_size))
             return true
         }
         throw UserError("\(item.path) kept changing while it was read (\(Backup.attempts) tries): back up when the app is not writing it, or exclude it (containerfs exclude)")
+    }
+}
+
+extension BackupWriter {
+    /// Where a file of `size` bytes whose first hole is at `firstHole` holds data, found
+    /// with `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` on the descriptor it is read through
+    /// (a region the file system reports as data may hold zeros: it is stored as it is).
+    /// A file with more regions than an archive may hold (`limit`) fails the backup, naming it.
+    static func dataRegions(_ fd: Int32, size: Int64, firstHole: Int64, path: ContainerPath,
+                            limit: Int = SparseMap.regionLimit) throws -> SparseMap {
+        var regions: [SparseRegion] = []
+        if firstHole > 0 { regions.append(SparseRegion(offset: 0, length: firstHole)) }
+        var position = firstHole
+        while position < size {
+            let data = Int64(lseek(fd, off_t(position), seekData))
+            if data < 0 {
+                if errno == ENXIO { break }  // no data after `position`: a hole to the end
+                throw Errno.current
+            }
+            if data >= size { break }
+            var hole = Int64(lseek(fd, off_t(data), seekHole))
+            if hole < 0 {
+                if errno != ENXIO { throw Errno.current }
+                hole = size  // it shrank meanwhile: the check after the read sees it
+            }
+            let end = min(hole, size)
+            regions.append(SparseRegion(offset: data, length: end - data))
+            guard regions.count <= limit else {
+                throw UserError("cannot back up \(path): it has more than \(limit) data regions between its holes, more than an archive holds of one file; exclude it from backup (containerfs exclude)")
+            }
+            position = end
+        }
+        return SparseMap(regions: regions, size: size).alignedToTarBlocks
+    }
+
+    /// Writes a sparse entry's data: each hole passed to libarchive (which skips it), each
+    /// region read and hashed. Returns the manifest's digest, or nil if the file shrank.
+    mutating func writeSparseData(_ fd: Int32, _ map: SparseMap) throws -> [UInt8]? {
+        // Much data is hashed on the second core, as a plain file's is.
+        let inBackground = map.dataBytes >= Backup.backgroundHashSize
+        var hasher = SHA256()
+        var slot = 0
+        if inBackground {
+            backgroundHasher.reset()
+            map.digestPrefix.withUnsafeBytes { backgroundHasher.feed($0, through: buffers, slot: &slot) }
+        } else {
+            hasher.update(data: map.digestPrefix)
+        }
+        var position: Int64 = 0
+        try writer.startSparseData()
+        for region in map.regions {
+            try writer.writeHole(region.offset - position)
+            var offset = region.offset
+            let end = region.offset + region.length
+            while offset < end {
+                let buffer = buffers[slot]
+                if inBackground { backgroundHasher.waitForSlot(slot) }
+                let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), end - offset)), off_t(offset)) }
+                if count == 0 {  // it shrank
+                    if inBackground { backgroundHasher.drain() }  // the buffers are read again at once
+                    return nil
+                }
+                let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+                if inBackground {
+                    backgroundHasher.update(chunk, slot: slot)
+                    slot ^= 1
+                } else {
+                    hasher.update(bufferPointer: chunk)
+                }
+                try writer.writeData(chunk)
+                offset += Int64(count)
+                progress?(summary.bytes.addingSaturated(offset), set.totalBytes)
+            }
+            position = end
+        }
+        return inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
     }
 }
 
@@ -317,6 +426,8 @@ private func writeNewlines(_ count: Int, _ body: (UnsafeRawBufferPointer) throws
 
 /// `SEEK_HOLE` (Linux's value): Swift's Glibc module leaves it out (it is a GNU extension).
 private let seekHole: Int32 = 4
+/// `SEEK_DATA`, likewise.
+private let seekData: Int32 = 3
 
 private func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 

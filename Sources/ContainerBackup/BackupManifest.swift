@@ -14,6 +14,7 @@ import ContainerStore
 /// bundle-manifest-sha256 <hex, or - when the store has no signed manifest>
 /// d Documents
 /// f <sha256 hex> Documents/notes.txt
+/// s <sha256 hex> Documents/disk.img      (a sparse file: the digest covers its map, see `SparseMap`)
 /// l Documents/latest notes.txt            (symlink and its target)
 /// h Documents/copy.txt Documents/notes.txt  (hard link and the file it names)
 /// ```
@@ -25,13 +26,16 @@ public struct BackupManifest: Equatable, Sendable {
     public enum Record: Equatable, Sendable {
         case directory(ContainerPath)
         case file(ContainerPath, sha256: [UInt8])
+        /// A file with holes, written as a sparse entry; the SHA-256 is of its map and data
+        /// (`SparseMap.digestPrefix`), so a file of a terabyte of holes is hashed at once.
+        case sparseFile(ContainerPath, sha256: [UInt8])
         case symlink(ContainerPath, target: [UInt8])
         case hardLink(ContainerPath, target: ContainerPath)
 
         /// The entry's path.
         public var path: ContainerPath {
             switch self {
-            case .directory(let path), .file(let path, _), .symlink(let path, _), .hardLink(let path, _): path
+            case .directory(let path), .file(let path, _), .sparseFile(let path, _), .symlink(let path, _), .hardLink(let path, _): path
             }
         }
     }
@@ -85,8 +89,8 @@ public struct BackupManifest: Equatable, Sendable {
             out.append(UInt8(ascii: "d"))
             out.append(space)
             out.append(contentsOf: escape(path.bytes))
-        case .file(let path, let sha256):
-            out.append(UInt8(ascii: "f"))
+        case .file(let path, let sha256), .sparseFile(let path, let sha256):
+            if case .sparseFile = record { out.append(UInt8(ascii: "s")) } else { out.append(UInt8(ascii: "f")) }
             out.append(space)
             out.append(contentsOf: lowercaseHex(sha256).utf8)
             out.append(space)
@@ -184,6 +188,9 @@ public struct BackupManifest: Equatable, Sendable {
         case (UInt8(ascii: "f"), 3):
             guard let digest = unhex(fields[1]), digest.count == 32, let p = path(fields[2]) else { return nil }
             return .file(p, sha256: digest)
+        case (UInt8(ascii: "s"), 3):
+            guard let digest = unhex(fields[1]), digest.count == 32, let p = path(fields[2]) else { return nil }
+            return .sparseFile(p, sha256: digest)
         case (UInt8(ascii: "l"), 3):
             guard let p = path(fields[1]), let target = unescape(fields[2]), !target.isEmpty else { return nil }
             return .symlink(p, target: target)

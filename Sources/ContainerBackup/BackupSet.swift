@@ -36,8 +36,13 @@ public struct BackupSet: Sendable {
     public private(set) var excluded: [(path: ContainerPath, kind: BackupItem.Kind)] = []
     /// Sockets and FIFOs, which a backup cannot hold.
     public private(set) var skipped: [ContainerPath] = []
-    /// The bytes of the files (each hard-linked file once).
+    /// The bytes of the files (each hard-linked file once): apparent sizes, as `ls -l`.
     public private(set) var totalBytes: Int64 = 0
+    /// What the files' data will take in an archive, guessed before any is read: a file
+    /// counts its size, but one with fewer blocks than its size (a sparse file, whose holes
+    /// an archive does not hold; or one a file system compresses) at most four times its
+    /// blocks (compression rarely passes that). Sizes an object store's parts.
+    public private(set) var dataEstimate: Int64 = 0
 
     /// The store's backup set now.
     public static func scan(_ store: Store) throws(UserError) -> BackupSet {
@@ -130,7 +135,12 @@ public struct BackupSet: Sendable {
                     if target == nil { seen[identity] = childPath }
                 }
                 // Held at Int64.max: sparse files can claim more than that between them.
-                if target == nil { totalBytes = totalBytes.addingSaturated(Int64(childInfo.st_size)) }
+                if target == nil {
+                    totalBytes = totalBytes.addingSaturated(Int64(childInfo.st_size))
+                    let blocks = Int64(childInfo.st_blocks).multipliedReportingOverflow(by: 512 * 4)
+                    let data = blocks.overflow ? Int64(childInfo.st_size) : min(Int64(childInfo.st_size), blocks.partialValue + 4096)
+                    dataEstimate = dataEstimate.addingSaturated(data)
+                }
                 items.append(BackupItem(path: childPath, kind: .file, size: Int64(childInfo.st_size), hardLinkTarget: target,
                                         symlinkTarget: nil, info: ItemStat(childInfo), attributes: childAttributes))
             case S_IFLNK:

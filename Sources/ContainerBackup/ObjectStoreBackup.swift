@@ -18,9 +18,10 @@ public enum ObjectStoreBackup {
     static let plannedParts: Int64 = 9000
 
     /// The part size for a backup of `set`: 5 MiB, or more for an archive that would
-    /// need more than 9,000 parts (above about 44 GiB).
+    /// need more than 9,000 parts (above about 44 GiB). From the data the archive will hold,
+    /// not the files' apparent sizes: a sparse file of 8 EiB would ask for parts of 5 GiB.
     static func partSize(for set: BackupSet) -> Int {
-        let estimate = set.totalBytes.addingReportingOverflow(Int64(set.items.count).multipliedReportingOverflow(by: 4096).partialValue).partialValue
+        let estimate = set.dataEstimate.addingReportingOverflow(Int64(set.items.count).multipliedReportingOverflow(by: 4096).partialValue).partialValue
         let perPart = estimate / plannedParts + 1
         let rounded = (perPart + (1 << 20) - 1) / (1 << 20) * (1 << 20)
         return Int(clamping: max(Int64(minimumPartSize), min(rounded, 5 << 30)))

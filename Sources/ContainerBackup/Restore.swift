@@ -10,8 +10,10 @@ import Glibc
 public struct RestoreSummary: Sendable {
     /// Entries restored (folders, files, symlinks, hard links).
     public var entries = 0
-    /// Bytes of file data restored.
+    /// The restored files' sizes (apparent sizes, held at `Int64.max`).
     public var bytes: Int64 = 0
+    /// The bytes of file data written: a sparse file's data regions, not its holes.
+    public var dataBytes: Int64 = 0
     /// The bundle named in the backup.
     public var bundleName: [UInt8] = []
 }
@@ -87,6 +89,7 @@ public enum Restore {
             summary.bundleName = try pass.run()
             summary.entries = pass.entries
             summary.bytes = pass.bytes
+            summary.dataBytes = pass.dataBytes
             let rootFD = try sys { openat(store.rootFD, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
             defer { close(rootFD) }
             try sys { clinux_syncfs(rootFD) }
@@ -155,6 +158,7 @@ private struct ArchivePass {
     let progress: ((Int64, Int64) -> Void)?
     var entries = 0
     var bytes: Int64 = 0
+    var dataBytes: Int64 = 0
 
     /// Paths of the entries so far, by kind: a path may appear once, an entry's parent
     /// must be an earlier folder, a hard link must name an earlier file.
@@ -244,7 +248,17 @@ private struct ArchivePass {
             default: throw Refusal("entry \(path) is of an unknown type")
             }
         }
-        if entry.isSparse { throw Refusal("entry \(path) is a sparse file") }
+        // A sparse entry's size is its GNU.sparse.realsize, which libarchive takes as written.
+        if entry.size < 0 { throw Refusal("entry \(path) has a negative size (\(entry.size))") }
+        if entry.sparseRegionCount > 0 {
+            // GNU's "sparse 1.0" entry, as a backup writes a file with holes; its map is
+            // checked here, its data against the map as it comes (`extract`).
+            guard kind == .file else { throw Refusal("entry \(path) has a sparse map but is not a file") }
+            guard let map = entry.sparseMap else {
+                throw Refusal("entry \(path) is a sparse file whose map has \(entry.sparseRegionCount) data regions, more than the \(SparseMap.regionLimit) a backup writes")
+            }
+            if let problem = map.problem { throw Refusal("entry \(path) is a sparse file: \(problem)") }
+        }
 
         // Where it is: only the backup set.
         switch layout.location(of: path) {
@@ -297,7 +311,8 @@ private struct ArchivePass {
     private mutating func extract(_ entry: ArchiveEntryRead, path: ContainerPath, kind: BackupItem.Kind?, record: BackupManifest.Record) throws {
         switch (kind, record) {
         case (.directory, .directory(let p)) where p == path: break
-        case (.file, .file(let p, _)) where p == path: break
+        case (.file, .file(let p, _)) where p == path && entry.sparseMap == nil: break
+        case (.file, .sparseFile(let p, _)) where p == path && entry.sparseMap != nil: break
         case (.symlink, .symlink(let p, let target)) where p == path && target == entry.symlinkTarget: break
         case (nil, .hardLink(let p, let target)) where p == path && target.bytes == entry.hardLinkTarget: break
         default: throw Refusal("entry \(path) does not match its manifest (which lists \(record.path) there): the archive was changed or damaged")
@@ -324,6 +339,14 @@ private struct ArchivePass {
                 try sys { openat(parentFD, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
             }
             defer { close(fd) }
+            if let map = entry.sparseMap {
+                try extractSparse(fd, map, path: path, record: record)
+                try setAttributes(entry.attributes, fd)
+                try sys { fchmod(fd, HandedOverMode.file(entry.permissions)) }
+                var times = self.times(entry)
+                try sys { futimens(fd, &times) }
+                return
+            }
             // A large file is hashed on the second core: each chunk copied out of
             // libarchive's buffer (valid only until the next read) into one of two buffers.
             let inBackground = entry.size >= Backup.backgroundHashSize
@@ -358,7 +381,8 @@ private struct ArchivePass {
             guard BackupManifest.Record.file(path, sha256: digest) == record else {
                 throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
             }
-            bytes += size
+            bytes = bytes.addingSaturated(size)
+            dataBytes = dataBytes.addingSaturated(size)
             try setAttributes(entry.attributes, fd)
             try sys { fchmod(fd, HandedOverMode.file(entry.permissions)) }
             var times = self.times(entry)
@@ -382,6 +406,53 @@ private struct ArchivePass {
                 try withCName(name) { (to) throws(Errno) in _ = try sys { linkat(targetParentFD, from, parentFD, to, 0) } }
             }
         }
+    }
+
+    /// Writes a sparse entry's file: its apparent size first (`ftruncate`, no block taken),
+    /// then only its data regions, each block checked to be the map's next data before it
+    /// is written; the digest (map and data) must be the manifest's.
+    private mutating func extractSparse(_ fd: Int32, _ map: SparseMap, path: ContainerPath, record: BackupManifest.Record) throws {
+        if ftruncate(fd, off_t(map.size)) != 0 {
+            if errno == EFBIG || errno == EINVAL {
+                throw Refusal("entry \(path) is a sparse file of \(map.size) bytes, more than the file system restored into allows (\(Errno.current))")
+            }
+            throw Errno.current
+        }
+        // Much data is hashed on the second core, as a plain file's is.
+        let inBackground = map.dataBytes >= Backup.backgroundHashSize
+        var hasher = SHA256()
+        var slot = 0
+        if inBackground {
+            backgroundHasher.reset()
+            map.digestPrefix.withUnsafeBytes { backgroundHasher.feed($0, through: buffers, slot: &slot) }
+        } else {
+            hasher.update(data: map.digestPrefix)
+        }
+        var follower = SparseMap.DataFollower(map)
+        try reader.readBlocks { offset, chunk in
+            guard follower.accept(offset: offset, length: Int64(chunk.count)) else {
+                throw Refusal("entry \(path) is a sparse file whose data (\(chunk.count) bytes at offset \(offset)) is not where its map puts data: its regions overlap, are out of order or end past its size \(map.size)")
+            }
+            if inBackground {
+                backgroundHasher.feed(chunk, through: buffers, slot: &slot)
+            } else {
+                hasher.update(bufferPointer: chunk)
+            }
+            var done = 0
+            while done < chunk.count {
+                let start = done
+                done += try sys { pwrite(fd, chunk.baseAddress! + start, chunk.count - start, off_t(offset) + off_t(start)) }
+            }
+        }
+        guard follower.isComplete else {
+            throw Refusal("entry \(path) is a sparse file whose data ends before its map does (the map announces more data than the entry holds)")
+        }
+        let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
+        guard BackupManifest.Record.sparseFile(path, sha256: digest) == record else {
+            throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
+        }
+        bytes = bytes.addingSaturated(map.size)
+        dataBytes = dataBytes.addingSaturated(map.dataBytes)
     }
 
     /// The folder holding `path`, opened below the store's root with openat2 refusing
@@ -447,7 +518,7 @@ extension ArchiveEntryRead {
         switch record {
         case .symlink(_, let target): if let read = symlinkTarget { symlinkTarget = adopt(read, target) }
         case .hardLink(_, let target): if let read = hardLinkTarget { hardLinkTarget = adopt(read, target.bytes) }
-        case .directory, .file: break
+        case .directory, .file, .sparseFile: break
         }
     }
 }

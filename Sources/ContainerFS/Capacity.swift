@@ -33,6 +33,15 @@ final class SpaceAccount: Sendable {
     /// Striped by node: the changes to one file's size take turns (see above). Taken
     /// before `held` and `folders`, never while holding them.
     private let fileLocks = (0..<256).map { _ in FileLock() }
+    /// Files a removal kept for the kernel (`FileSystem.keptUntilForgotten`), held as open
+    /// until it forgets them, by when they were removed (monotonic seconds). The kernel
+    /// forgets such a file as the removal returns unless a program holds it, but another
+    /// thread may serve the program's next request before the `FORGET`: a refusal for want
+    /// of room and `statfs` first wait for the files removed in the last `settlingWindow`
+    /// to go, as ext4 commits its journal and tries again before it answers `ENOSPC`. So a
+    /// program that deletes a file to make room finds the room at once, as natively.
+    private let settling = Mutex<[InodeKey: Double]>([:])
+    private static let settlingWindow = 0.05
 
     /// One stripe: its lock holds the blocks counted of each open file of the stripe. The
     /// store's file system may change them between two requests (ext4 allocates extent
@@ -178,8 +187,44 @@ final class SpaceAccount: Sendable {
         settle(reserved: 0, actual: bytes.subtractingSaturated(known))
     }
 
-    /// Reserves up to `wanted` bytes of the free space; returns how many it got.
+    /// The file `key`, removed just now, is kept until the kernel forgets it (`settling`).
+    func removedAndKept(_ key: InodeKey) {
+        settling.withLock { $0[key] = monotonicSeconds() }
+    }
+
+    /// The file `key` kept after its removal went.
+    func letGo(_ key: InodeKey) {
+        settling.withLock { _ = $0.removeValue(forKey: key) }
+    }
+
+    /// Waits for the files removed in the last `settlingWindow` before the call to go
+    /// (`settling`), never longer than that; returns whether there were any. Those kept
+    /// longer are held by a program, and those removed since are another request's: not
+    /// waited for.
+    func awaitRemovals() -> Bool {
+        let start = monotonicSeconds()
+        var waited = false
+        while true {
+            let now = monotonicSeconds()
+            let pending = settling.withLock { table -> Bool in
+                table = table.filter { now - $0.value < Self.settlingWindow }
+                return table.values.contains { $0 <= start }
+            }
+            guard pending, now - start < Self.settlingWindow else { return waited }
+            waited = true
+            usleep(200)
+        }
+    }
+
+    /// Reserves up to `wanted` bytes of the free space; returns how many it got, after
+    /// waiting for the removals just made when they are not enough (`settling`).
     func reserve(_ wanted: Int64) -> Int64 {
+        let granted = reserveNow(wanted)
+        guard granted < wanted, awaitRemovals() else { return granted }
+        return granted.addingSaturated(reserveNow(wanted.subtractingSaturated(granted)))
+    }
+
+    private func reserveNow(_ wanted: Int64) -> Int64 {
         guard wanted > 0 else { return 0 }
         var current = usedBytes.load(ordering: .relaxed)
         var granted: Int64 = 0
@@ -503,7 +548,7 @@ extension FileSystem {
     /// `exists` tells whether the name is already there (then nothing is created).
     @inline(__always)
     func checkSpaceForCreation(exists: () -> Bool = { false }) throws(Errno) {
-        guard space.isActive, space.free == 0, !exists() else { return }
+        guard space.isActive, space.free == 0, !space.awaitRemovals() || space.free == 0, !exists() else { return }
         throw Errno(ENOSPC)
     }
 
@@ -539,7 +584,7 @@ extension FileSystem {
     @inline(__always)
     func countingAttributeBlocks(_ node: Inode, adding: Bool, _ body: () throws(Errno) -> Void) throws(Errno) {
         guard space.isActive else { return try body() }
-        if adding, space.free == 0 { throw Errno(ENOSPC) }
+        if adding, space.free == 0, !space.awaitRemovals() || space.free == 0 { throw Errno(ENOSPC) }
         try space.serialized(inodes.ino(node)) { (counted) throws(Errno) in
             let before = blockBytes(of: node)
             if let before { space.catchUp(&counted, node.key, before) }
@@ -581,6 +626,8 @@ extension FileSystem {
     /// the `bytes` it has: as at a last close, counted and freed when it has no name left
     /// and no program holds it open.
     func releaseHeld(_ ino: fuse_ino_t, _ key: InodeKey, _ bytes: Int64) {
+        // Counted before it stops being waited for (`SpaceAccount.settling`).
+        defer { space.letGo(key) }
         space.serialized(ino) { counted in
             let (last, unlinked) = space.closed(key)
             guard last else { return }
@@ -646,6 +693,7 @@ extension FileSystem {
     /// size, what is left of it as free and available (never more than the store's own).
     func capacityStatistics(_ info: statvfs) -> statvfs {
         guard let capacity = space.shownCapacity else { return info }
+        _ = space.awaitRemovals()
         var result = info
         let unit = Int64(max(1, info.f_frsize))
         let total = capacity / unit

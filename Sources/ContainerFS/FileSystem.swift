@@ -350,11 +350,7 @@ final class FileSystem: @unchecked Sendable {
         try check(.rename(from: source, to: target, exchange: exchange), caller, "rename",
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
-        let replaced = exchange ? nil : removing(to, newName, toName, replacing: true)
-        // The table may keep it until the kernel forgets it (InodeTable.removed): with a
-        // capacity it is held as an open file is, its blocks counted as long as they are kept.
-        let held = replaced.flatMap { space.isActive && inodes.holdReplaced($0) ? $0 : nil }
-        if let held { space.opened(held.key) }
+        let replaced = exchange ? nil : removing(to, newName, toName, keeping: true)
         // A new name in the target folder may grow it: refused when the container is full.
         // An exchange reuses both names, but either folder may still change: both counted.
         func renamed() throws(Errno) {
@@ -362,7 +358,7 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        do {
+        let released = try removingName(of: replaced, keeping: true) { () throws(Errno) in
             try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
                 if exchange {
                     try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
@@ -371,17 +367,6 @@ final class FileSystem: @unchecked Sendable {
                     try countingRemoval(to, newName, replaced) { () throws(Errno) in try countingFolderGrowth(to, reserving: !replacing, renamed) }
                 }
             }
-        } catch {
-            if let held {
-                inodes.unholdReplaced(held)
-                _ = space.closed(held.key)
-            }
-            throw error
-        }
-        let released = replaced.map { inodes.removed($0, replaced: true) } ?? InodeTable.Released()
-        if let held, !inodes.keeps(held) {
-            inodes.unholdReplaced(held)
-            releaseHeld(inodes.ino(held), held.key, released.freedBytes)
         }
         track(movedTo: to, newName, toName)
         if exchange { track(movedTo: from, name, fromName) }
@@ -391,19 +376,50 @@ final class FileSystem: @unchecked Sendable {
     /// Removes `name` from `directory`; a node that loses its last name lets go of its
     /// descriptor when no open file needs it, so its blocks are freed as natively.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> InodeTable.Released {
-        let node = removing(directory, name, childName)
-        try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
-            try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
-        } }
-        return node.map { inodes.removed($0) } ?? InodeTable.Released()
+        // A folder is let go at once: an `opendir` racing its `rmdir` can still get `ESTALE`.
+        let file = flags & AT_REMOVEDIR == 0
+        let node = removing(directory, name, childName, keeping: file)
+        return try removingName(of: node, keeping: file) { () throws(Errno) in
+            try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
+                try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
+            } }
+        }
     }
 
-    /// The known node at `name` in `directory`, about to lose that name (to a rename:
-    /// `replacing`).
-    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], replacing: Bool = false) -> Inode? {
+    /// Runs `removal`, which takes a name from `node` (nil: not known); with `keeping`, one
+    /// that loses its last name is kept until the kernel forgets it (InodeTable.removed),
+    /// and with a capacity held as an open file is, its blocks counted as long as they are kept.
+    private func removingName(of node: Inode?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
+        let held = keeping ? node.flatMap { space.isActive && inodes.holdKept($0) ? $0 : nil } : nil
+        if let held {
+            space.opened(held.key)
+            // Before the removal: the kernel's `FORGET` may come before it returns.
+            space.removedAndKept(held.key)
+        }
+        do {
+            try removal()
+        } catch {
+            if let held {
+                inodes.unholdKept(held)
+                space.letGo(held.key)
+                _ = space.closed(held.key)
+            }
+            throw error
+        }
+        let released = node.map { inodes.removed($0, keptUntilForgotten: keeping) } ?? InodeTable.Released()
+        if let held, !inodes.keeps(held) {
+            inodes.unholdKept(held)
+            releaseHeld(inodes.ino(held), held.key, released.freedBytes)
+        }
+        return released
+    }
+
+    /// The known node at `name` in `directory`, about to lose that name; a file to be kept
+    /// until the kernel forgets it (`keeping`) is pinned.
+    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], keeping: Bool = false) -> Inode? {
         var info = stat()
         guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0 else { return nil }
-        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName, replacing: replacing)
+        return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName, keeping: keeping)
     }
 
     /// Tells the table that whatever is now at `name` in `directory` moved there.
@@ -561,8 +577,19 @@ final class FileSystem: @unchecked Sendable {
         // User attributes are not allowed on symlinks; reaching one through /proc could follow it.
         guard !node.isSymlink else { throw Errno(EPERM) }
         try checkProtectionAttribute(caller, node, location, name, UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : size))
+        // An ACL naming root's program is recorded naming the store's owner, as its chowns are.
+        var recorded: [UInt8] = []
+        if let ownerMapping, let value, OwnerMapping.isACL(name) {
+            recorded = Array(UnsafeRawBufferPointer(start: value, count: size))
+            recorded.withUnsafeMutableBytes { ownerMapping.recordACL($0) }
+        }
         try trackingData(node, nil, nil) { () throws(Errno) in try countingAttributeBlocks(node, adding: true) { () throws(Errno) in
-            try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_setxattr(fd, name, value, size, flags) } }
+            try inodes.withDescriptor(node) { fd throws(Errno) in
+                try sys {
+                    recorded.isEmpty ? clinux_node_setxattr(fd, name, value, size, flags)
+                        : recorded.withUnsafeBytes { clinux_node_setxattr(fd, name, $0.baseAddress, size, flags) }
+                }
+            }
         } }
     }
 
@@ -581,7 +608,11 @@ final class FileSystem: @unchecked Sendable {
     func getxattr(_ ino: fuse_ino_t, _ name: UnsafePointer<CChar>, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         let node = try inodes.inode(ino)
         guard !node.isSymlink else { throw Errno(ENODATA) }
-        return try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_getxattr(fd, name, buffer.baseAddress, buffer.count) } }
+        let count = try inodes.withDescriptor(node) { fd throws(Errno) in try sys { clinux_node_getxattr(fd, name, buffer.baseAddress, buffer.count) } }
+        if let ownerMapping, !buffer.isEmpty, OwnerMapping.isACL(name) {
+            ownerMapping.presentACL(UnsafeMutableRawBufferPointer(rebasing: buffer[..<min(count, buffer.count)]))
+        }
+        return count
     }
 
     func listxattr(_ ino: fuse_ino_t, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {

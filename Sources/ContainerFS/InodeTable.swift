@@ -43,10 +43,10 @@ final class Inode: @unchecked Sendable {
     var pinned = false
     /// Its last name was removed (`nlink` 0): the descriptor goes once no open file needs it.
     var unlinked = false
-    /// Its last name went to a rename that replaced it: the descriptor stays until the
-    /// kernel forgets the node (`InodeTable.removed`).
-    var replaced = false
-    /// Counted by the capacity as an open file while kept (`InodeTable.holdReplaced`).
+    /// Its last name went to an unlink or to a rename that replaced it: the descriptor
+    /// stays until the kernel forgets the node (`InodeTable.removed`).
+    var keptUntilForgotten = false
+    /// Counted by the capacity as an open file while kept (`InodeTable.holdKept`).
     var heldAsOpen = false
     /// Still in the table; a node the kernel forgot closes its descriptor when unused.
     var inTable = true
@@ -79,8 +79,8 @@ final class Inode: @unchecked Sendable {
     var isDirectory: Bool { type == S_IFDIR }
 
     /// Whether its descriptor and backing file may go: it has no name, no open file needs
-    /// them, and if a rename replaced it, the kernel has forgotten it. Under the table's lock.
-    var mayLetGo: Bool { unlinked && openFiles == 0 && !(replaced && inTable) }
+    /// them, and if it is kept until forgotten, the kernel has forgotten it. Under the table's lock.
+    var mayLetGo: Bool { unlinked && openFiles == 0 && !(keptUntilForgotten && inTable) }
     var isSymlink: Bool { type == S_IFLNK }
 }
 
@@ -226,7 +226,7 @@ final class InodeTable: @unchecked Sendable {
                     // Linked again (an O_TMPFILE file, or one deleted while open): it has a
                     // name to be reopened by.
                     node.unlinked = false
-                    node.replaced = false
+                    node.keptUntilForgotten = false
                     node.pinned = false
                     if node.descriptor >= 0 { install(node, node.descriptor, &s) }
                 }
@@ -272,7 +272,7 @@ final class InodeTable: @unchecked Sendable {
 
     /// Drops `count` of the kernel's references to `ino`; the node goes when none are left
     /// and no known node sits below it.
-    /// Returns what a node a rename replaced, kept until now, lets go of, for the caller
+    /// Returns what a removed node, kept until now, lets go of, for the caller
     /// to close, and whether the capacity held it as an open file.
     func forget(_ ino: fuse_ino_t, _ count: UInt64) -> (key: InodeKey, released: Released, held: Bool)? {
         guard ino != FUSE_ROOT_ID, let node = slots[ino] else { return nil }
@@ -280,7 +280,7 @@ final class InodeTable: @unchecked Sendable {
         // Released after the lock, so that descriptors are closed outside it.
         let (kept, held) = state.withLock { s -> (Int32, Bool) in
             node.lookups -= min(count, node.lookups)
-            // A node a rename replaced, kept for the opens racing it (`removed`): its close
+            // A removed node, kept for the opens racing its removal (`removed`): its close
             // frees its blocks, which the closer's thread waits for, not this one.
             let kept = node.unlinked && node.lookups == 0 && node.users == 0 && node.openFiles == 0 && node.firstChild == nil
                 ? dropDescriptor(node, &s) : -1
@@ -295,15 +295,15 @@ final class InodeTable: @unchecked Sendable {
         return (node.key, Released(descriptor: kept, backingID: takeBacking(node), bytes: bytes), held)
     }
 
-    /// Whether `node`, which a rename replaced, is kept until the kernel forgets it.
+    /// Whether `node`, which lost its last name, is kept until the kernel forgets it.
     func keeps(_ node: Inode) -> Bool {
-        state.withLock { _ in node.replaced && node.inTable && node.descriptor >= 0 }
+        state.withLock { _ in node.keptUntilForgotten && node.inTable && node.descriptor >= 0 }
     }
 
-    /// Marks `node`, about to be replaced by a rename, as held by the capacity as an open
-    /// file while the table keeps it; false when it will not be kept (not pinned) or is
-    /// held already (two renames over it at once).
-    func holdReplaced(_ node: Inode) -> Bool {
+    /// Marks `node`, about to lose a name to an unlink or a rename over it, as held by the
+    /// capacity as an open file while the table keeps it; false when it will not be kept
+    /// (not pinned) or is held already (two removals of it at once).
+    func holdKept(_ node: Inode) -> Bool {
         state.withLock { _ in
             guard node.pinned, !node.heldAsOpen else { return false }
             node.heldAsOpen = true
@@ -311,8 +311,8 @@ final class InodeTable: @unchecked Sendable {
         }
     }
 
-    /// Undoes `holdReplaced`: the rename failed, or the node is not kept after all.
-    func unholdReplaced(_ node: Inode) {
+    /// Undoes `holdKept`: the removal failed, or the node is not kept after all.
+    func unholdKept(_ node: Inode) {
         state.withLock { _ in node.heldAsOpen = false }
     }
 
@@ -590,14 +590,14 @@ final class InodeTable: @unchecked Sendable {
 
     /// Before `name` in `directory` is removed or replaced: a known node that has other
     /// names or open files is pinned, since an ordinary user's daemon could not open it
-    /// again by a name it no longer has; so is one a rename replaces (`replacing`) and
-    /// that loses its last name, for the opens racing the rename (`removed`). Returns the
-    /// node, for `removed`.
-    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], replacing: Bool = false) -> Inode? {
+    /// again by a name it no longer has; so is a file to be kept until forgotten
+    /// (`keeping`) that loses its last name, for the opens racing its removal (`removed`).
+    /// Returns the node, for `removed`.
+    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> Inode? {
         guard let node = node(key) else { return nil }
         let pin = state.withLock { _ in
             node.openFiles > 0
-                || (replacing && links <= 1)
+                || (keeping && links <= 1)
                 || (reopening == .byName && links > 1 && node.parent === directory && node.name == name)
         }
         if pin, (try? acquire(node)) != nil {
@@ -617,18 +617,19 @@ final class InodeTable: @unchecked Sendable {
     /// the last close frees the blocks, which on ext4 waits for the discard, and the
     /// program need not wait for that.
     ///
-    /// A node a rename replaced (`replaced`) keeps them until the kernel forgets it, which
-    /// it does at once unless something holds it: an `open` the kernel resolved to it
-    /// just before the rename then opens it, as on ext4. Let go at once, that open got
-    /// `ESTALE`, and so did the kernel's one retry when a second rename raced it (a reader
-    /// of a file saved atomically in a loop, 1 open in 70).
-    func removed(_ node: Inode, replaced: Bool = false) -> Released {
+    /// A file unlinked or replaced by a rename (`keptUntilForgotten`) keeps them until the
+    /// kernel forgets it, which it does at once unless something holds it: an `open` the
+    /// kernel resolved to it just before the removal then opens it, as on ext4. Let go at
+    /// once, that open got `ESTALE`, and so did the kernel's one retry when a second
+    /// removal raced it: a reader of a file saved atomically in a loop, 1 open in 70; of a
+    /// file deleted and made again in a loop (a lock file, SQLite's journal), 1 in 130.
+    func removed(_ node: Inode, keptUntilForgotten: Bool = false) -> Released {
         var info = stat()
         let links = (try? withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }) == 0 ? info.st_nlink : 0
         guard links == 0 else { return Released() }
         let (fd, free) = state.withLock { s -> (Int32, Bool) in
             node.unlinked = true
-            node.replaced = replaced
+            node.keptUntilForgotten = keptUntilForgotten
             guard node.mayLetGo else { return (-1, false) }
             node.pinned = false
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)

@@ -194,6 +194,8 @@ final class PowerLoss: @unchecked Sendable {
         let journalFD = try withCName(Self.journalName) { (name) throws(Errno) in
             try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         }
+        // The owner's, as the rest of the state folder, when root's daemon makes it.
+        ownedLikeTheFolder(journalFD, store.stateFD)
         self.journalFD = journalFD
         savedBytesFD = try sys { openat(journalFD, ".", clinux_O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600) }
         var limit = rlimit()
@@ -701,6 +703,11 @@ final class PowerLoss: @unchecked Sendable {
                     let node = withCName(name) { openat(folderFD, $0, clinux_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
                     guard node >= 0 else { report.untracked += 1; return }
                     defer { close(node) }
+                    // The file the walk found, not what the store's owner put at its name
+                    // since: a FIFO opened to write would block the cut, and the daemon, for
+                    // good; another file is not the program's to empty.
+                    var now = stat()
+                    guard fstat(node, &now) == 0, now.st_mode & S_IFMT == S_IFREG, InodeKey(now) == key else { report.untracked += 1; return }
                     guard let writer = Self.writer(node, info) else { report.untracked += 1; return }
                     if ftruncate(writer, 0) != 0 { report.untracked += 1 }
                     close(writer)
@@ -737,12 +744,17 @@ final class PowerLoss: @unchecked Sendable {
     /// A descriptor that writes the file open at `node` (`O_PATH`), whose status is `info`.
     /// A file its owner made read-only since is made writable for the moment it takes to
     /// open it: nothing else changes during a cut.
+    ///
+    /// `O_NONBLOCK`, and only a regular file: the node of a FIFO opened to write with no
+    /// reader would block the cut for good (it changes nothing for a file).
     private static func writer(_ node: Int32, _ info: stat) -> Int32? {
-        let fd = clinux_reopen(node, O_WRONLY | O_CLOEXEC)
+        var now = stat()
+        guard fstat(node, &now) == 0, now.st_mode & S_IFMT == S_IFREG else { return nil }
+        let fd = clinux_reopen(node, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
         if fd >= 0 { return fd }
         let mode = info.st_mode & 0o7777
         guard errno == EACCES, clinux_fchmod_path_fd(node, mode | S_IWUSR) == 0 else { return nil }
-        let reopened = clinux_reopen(node, O_WRONLY | O_CLOEXEC)
+        let reopened = clinux_reopen(node, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
         _ = clinux_fchmod_path_fd(node, mode)
         return reopened >= 0 ? reopened : nil
     }

@@ -50,9 +50,11 @@ public enum Lifecycle {
                 "\(path) already holds an entry named \(ContainerPath.printable(newName)) beside its app: remove it from the store first; nothing was changed"
             )
         }
+        // Root updating another user's store installs the app as the owner's, as the rest
+        // of the store: the owner's offload and update must be able to replace it.
         let working = try Store.buildAside(
             in: store.stateFD, beside: Array(name: "bundle"), "update", bundle: bundlePath,
-            seal: Store.seal(key), path: path)
+            seal: Store.seal(key), path: path, owner: Owner.handingTo(rootFD: store.rootFD))
         TestCrashPoint.reach("staged")
         // The staged copy is checked against its fresh signature, so that nothing changed
         // in it between signing and switching (a writer of the store, a bundle changing as

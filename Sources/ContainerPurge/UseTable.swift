@@ -62,6 +62,7 @@ public final class UseTable: @unchecked Sendable {
         var info = stat()
         // Truncated and written through a shared mapping: never a second name of another file.
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, !writable || isSoleName(fd) else { return nil }
+        if writable { ownedLikeTheFolder(fd, store.stateFD) }
         var header: (UInt64, UInt64) = (0, 0)
         let valid = Int(info.st_size) == fileBytes && pread(fd, &header, 16, 0) == 16
             && header.0 == magic && header.1 == UInt64(slotCount)

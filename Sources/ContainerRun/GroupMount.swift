@@ -157,6 +157,7 @@ public final class GroupMount {
     static func lockFile(_ store: Store, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(store.stateFD, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw UserError("cannot open \(store.statePath)/\(ContainerPath.printable(name)): \(Errno.current)") }
+        ownedLikeTheFolder(fd, store.stateFD)
         return fd
     }
 

@@ -134,6 +134,7 @@ public final class AuditLog: @unchecked Sendable {
         defer { Glibc.close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, isSoleName(fd) else { return }
+        ownedLikeTheFolder(fd, stateFD)
         let line = Array(data) + [UInt8(ascii: "\n")]
         _ = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
@@ -208,6 +209,7 @@ public final class AuditLog: @unchecked Sendable {
         defer { Glibc.close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, isSoleName(fd) else { return }
+        ownedLikeTheFolder(fd, stateFD)
         _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     }
 
@@ -249,12 +251,39 @@ public final class AuditLog: @unchecked Sendable {
         }
     }
 
+    /// The most of each file `read` takes: its last bytes, from the first whole line. The
+    /// writer rotates at `maximumBytes` (1 MiB), so a longer file was put there by the
+    /// store's owner (a sparse one of a gigabyte costs no disk): read whole, it held root's
+    /// `audit` and `check` 20 s and 2 GB of memory, `audit --follow` five times a second.
+    static let readLimit = 8 << 20
+
     /// Every record in the store's log, oldest first (the rotated file, then the current).
     public static func read(stateFD: Int32) -> [AuditRecord] {
         let decoder = JSONDecoder()
         return [previousFileName, fileName].flatMap { name -> [AuditRecord] in
-            guard let bytes = try? readFile(at: stateFD, name) else { return [] }
+            guard let bytes = tail(at: stateFD, name, limit: readLimit) else { return [] }
             return bytes.split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(AuditRecord.self, from: Data($0)) }
         }
+    }
+
+    /// The regular file `name` in `stateFD` whole, or its last `limit` bytes from the first
+    /// line that starts in them; nil if it cannot be read.
+    static func tail(at stateFD: Int32, _ name: [UInt8], limit: Int) -> [UInt8]? {
+        guard let fd = try? openRegularFile(at: stateFD, name) else { return nil }
+        defer { Glibc.close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return nil }
+        let start = max(0, Int64(info.st_size) - Int64(limit))
+        var bytes = [UInt8](repeating: 0, count: limit)
+        var count = 0
+        while count < limit {
+            let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + count, limit - count, off_t(start) + off_t(count)) }
+            if read < 0, errno == EINTR { continue }
+            guard read > 0 else { break }
+            count += read
+        }
+        var kept = bytes[0..<count]
+        if start > 0, let newline = kept.firstIndex(of: UInt8(ascii: "\n")) { kept = kept[(newline + 1)...] }
+        return Array(kept)
     }
 }

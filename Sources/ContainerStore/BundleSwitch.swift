@@ -46,11 +46,12 @@ public enum BundleSwitch {
         let fd: Int32
 
         /// Takes the lock, waiting for a holder up to `LockWait.patience` when `wait`; nil
-        /// when it is held (then `holder` names who holds it).
+        /// when it is held (`held` then says so, naming the holder).
         init?(stateFD: Int32, wait: Bool) throws(Errno) {
             let fd = try withCName(lockName) { (name) throws(Errno) in
                 try sys { openat(stateFD, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
             }
+            ownedLikeTheFolder(fd, stateFD)
             guard LockWait.attempt(fd, LOCK_EX, within: wait ? LockWait.patience : 0) else {
                 let error = errno
                 close(fd)

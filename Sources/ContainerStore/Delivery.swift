@@ -36,7 +36,7 @@ public enum Delivery {
             defer { close(staging) }
             // Unpredictable, as every working name of a command that root may run.
             let temporary = StagingName.random(beside: name, "delivering")
-            try copy(source, shown: shown, type: type, to: temporary, in: staging)
+            try copy(source, shown: shown, type: type, to: temporary, in: staging, owner: Owner.handingTo(rootFD: store.rootFD))
             // Measured as copied, before it enters the container (SPEC §10), one delivery at
             // a time from the check to the rename: two at once could each fit alone.
             let lock = try withCName(stagingName) { (name) throws(Errno) in
@@ -124,20 +124,29 @@ public enum Delivery {
         }
     }
 
-    private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
+    /// The state folder's staging folder, the store owner's whoever makes it
+    /// (`ownedLikeTheFolder`).
+    static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
         let made = withCName(stagingName) { mkdirat(store.stateFD, $0, 0o700) }
         if made != 0, errno != EEXIST { throw Errno.current }
-        return try openDirectory(at: store.stateFD, stagingName)
+        let fd = try withCName(stagingName) { (name) throws(Errno) in
+            try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        }
+        ownedLikeTheFolder(fd, store.stateFD)
+        return fd
     }
 
-    private static func copy(_ source: [UInt8], shown: String, type: mode_t, to name: [UInt8], in directory: Int32) throws {
-        let sourceFD = withCName(source) { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (type == S_IFDIR ? O_DIRECTORY : 0)) }
-        guard sourceFD >= 0 else { throw Errno.current }
-        defer { close(sourceFD) }
+    /// Root's copy is the store owner's, as a file the app received (`Owner`).
+    private static func copy(_ source: [UInt8], shown: String, type: mode_t, to name: [UInt8], in directory: Int32, owner: Owner?) throws {
         if type == S_IFDIR {
-            try TreeCopy.copyDirectory(from: sourceFD, toNew: name, in: directory, source: shown)
+            let sourceFD = withCName(source) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            guard sourceFD >= 0 else { throw Errno.current }
+            defer { close(sourceFD) }
+            try TreeCopy.copyDirectory(from: sourceFD, toNew: name, in: directory, .everything(what: shown), owner: owner)
         } else {
-            try TreeCopy.copyFile(from: sourceFD, toNew: name, in: directory)
+            let sourceFD = try openRegularFile(at: AT_FDCWD, source)
+            defer { close(sourceFD) }
+            try TreeCopy.copyFile(from: sourceFD, toNew: name, in: directory, owner: owner)
         }
     }
 }

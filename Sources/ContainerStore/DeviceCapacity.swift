@@ -126,8 +126,8 @@ public enum DeviceCapacity {
         defer { close(deviceFD) }
         guard let state = try? stateFolder(deviceFD, creating: false) else { return nil }
         defer { close(state) }
-        let fd = withCName(ledgerName) { openat(state, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else { return nil }
+        // A FIFO in its place must not block the command or a daemon: never opened.
+        guard let fd = try? openRegularFile(at: state, ledgerName) else { return nil }
         defer { close(fd) }
         try LockWait.take(fd, LOCK_SH, ledgerDescription(path))
         var bytes = [UInt8](repeating: 0, count: 8)
@@ -242,16 +242,13 @@ public enum DeviceCapacity {
     static func isOwnFile(_ fd: Int32) -> Bool { isSoleName(fd) }
 
     static func notOwnFile(_ name: [UInt8]) -> UserError {
-        UserError("the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device is not a plain file of its own (another name links to it): remove it, the next mount makes it anew")
+        UserError("the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device is not a plain file of its own (a FIFO, a device, or a file another name links to): remove it, the next mount makes it anew")
     }
 
     /// A file root made in the device's state folder belongs to the folder's owner, as the
     /// rest of the device does: the owner's own daemons open it too.
     static func ownedLikeTheFolder(_ fd: Int32, _ state: Int32) {
-        guard geteuid() == 0, isOwnFile(fd) else { return }
-        var folder = stat(), file = stat()
-        guard fstat(state, &folder) == 0, fstat(fd, &file) == 0, file.st_uid != folder.st_uid || file.st_gid != folder.st_gid else { return }
-        _ = fchown(fd, folder.st_uid, folder.st_gid)
+        ContainerStore.ownedLikeTheFolder(fd, state)
     }
 }
 

@@ -121,12 +121,15 @@ public enum FileSharing {
 
     /// Copies the host file or folder `source` to `Documents/components…`. A file replaces
     /// a file of that name atomically (the app sees the old or the new, whole); anything
-    /// else already there is refused. Returns the container path, for the kernel to forget.
+    /// else already there is refused. Of a folder, only what file sharing shows is copied
+    /// (`TreeCopy.Selection.shown`). Run by root, the copy is the store owner's (`Owner`).
+    /// Returns the container path, for the kernel to forget, and how many entries of a
+    /// folder were left out.
     /// In a device folder with a capacity, `device` (made for this store) admits what the
     /// copy adds, less the file it replaces (SPEC §15), as `deliver` does; its caller
     /// finishes it once a mounted store's daemon has recounted.
     public static func put(_ sourcePath: [UInt8], to components: [[UInt8]], in store: Store, device: DeviceInstall? = nil) throws(UserError)
-        -> ContainerPath
+        -> (path: ContainerPath, leftOut: Int)
     {
         // The host path is bytes, as given: a name that is not UTF-8 is a name like any other.
         let source = ContainerPath.printable(sourcePath)
@@ -152,14 +155,18 @@ public enum FileSharing {
             let staging = try stagingFolder(store)
             defer { close(staging) }
             let temporary = StagingName.random(beside: name, "sharing")
+            let owner = Owner.handingTo(rootFD: store.rootFD)
+            var leftOut = 0
             do {
-                let sourceFD = withCName(sourcePath) { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (sourceType == S_IFDIR ? O_DIRECTORY : 0)) }
-                guard sourceFD >= 0 else { throw Errno.current }
-                defer { close(sourceFD) }
                 if sourceType == S_IFDIR {
-                    try TreeCopy.copyDirectory(from: sourceFD, toNew: temporary, in: staging, source: source)
+                    let sourceFD = withCName(sourcePath) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                    guard sourceFD >= 0 else { throw Errno.current }
+                    defer { close(sourceFD) }
+                    leftOut = try TreeCopy.copyDirectory(from: sourceFD, toNew: temporary, in: staging, .shown, owner: owner)
                 } else {
-                    try TreeCopy.copyFile(from: sourceFD, toNew: temporary, in: staging)
+                    let sourceFD = try openRegularFile(at: AT_FDCWD, sourcePath)
+                    defer { close(sourceFD) }
+                    try TreeCopy.copyFile(from: sourceFD, toNew: temporary, in: staging, owner: owner)
                 }
                 try place(temporary, from: staging, as: name, in: parent, replacing: existing != nil, store, device: device,
                           "put \(source) into \(store.path)", need: "the copy adds")
@@ -167,7 +174,7 @@ public enum FileSharing {
                 removeTree(at: staging, temporary)
                 throw error
             }
-            return target
+            return (target, leftOut)
         } catch let error as UserError {
             throw error
         } catch {
@@ -177,9 +184,16 @@ public enum FileSharing {
 
     /// Copies `Documents/components…` (a file or folder) to the new host path `destination`
     /// (an existing folder: into it, under the same name). Never overwrites; the copy
-    /// appears whole, by a rename from a hidden name beside it. The host path is bytes, as
-    /// given (a name that is not UTF-8 is kept as it is); returns the path written.
-    public static func get(_ components: [[UInt8]], from store: Store, to destination: [UInt8]) throws(UserError) -> [UInt8] {
+    /// appears whole, by a rename from a hidden name beside it. Of a folder, only what file
+    /// sharing shows is copied (`TreeCopy.Selection.shown`): a hidden file the app keeps in
+    /// a shared folder (`.git`, a lock, a database's journal) stays the app's. The last
+    /// component of `destination` is never followed: a symlink there is a path that exists,
+    /// not a folder to write into (whoever owns the host folder may have put it there, to
+    /// a folder of root's). The host path is bytes, as given (a name that is not UTF-8 is
+    /// kept as it is); returns the path written and how many entries were left out.
+    public static func get(_ components: [[UInt8]], from store: Store, to destination: [UInt8]) throws(UserError)
+        -> (written: [UInt8], leftOut: Int)
+    {
         guard let name = components.last else { throw UserError.usage("name the file or folder in Documents/ to get") }
         let source = containerPath(components)
         let shown = ContainerPath.printable(destination)
@@ -191,25 +205,32 @@ public enum FileSharing {
             throw UserError("\(source) is not a file or folder")
         }
         let slash = UInt8(ascii: "/"), here: [UInt8] = [0x2E]
-        var folder = destination, leaf = Array(destination.split(separator: slash).last ?? [])
+        // Trailing slashes would make lstat follow a symlink there.
+        var path = destination
+        while path.count > 1, path.last == slash { path.removeLast() }
+        var folder = path, leaf = Array(path.split(separator: slash).last ?? [])
         var existing = stat()
-        if withCName(destination, { stat($0, &existing) }) == 0 {
+        let exists = withCName(path, { lstat($0, &existing) }) == 0
+        if exists {
             guard existing.st_mode & S_IFMT == S_IFDIR else {
-                throw UserError("\(shown) exists: get never overwrites; name a new path")
+                let symlink = existing.st_mode & S_IFMT == S_IFLNK
+                throw UserError("\(shown) exists\(symlink ? " (a symlink: never followed)" : ""): get never overwrites; name a new path")
             }
             leaf = name
         } else {
-            folder = destination.lastIndex(of: slash).map { Array(destination[..<$0]) } ?? here
+            folder = path.lastIndex(of: slash).map { Array(path[..<$0]) } ?? here
             if folder.isEmpty { folder = [slash] }
         }
         guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(shown) names no file") }
-        let parent = withCName(folder) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        // The folder found above, not a symlink put in its place since.
+        let parent = withCName(folder) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (exists ? O_NOFOLLOW : 0)) }
         guard parent >= 0 else { throw UserError("cannot write into \(ContainerPath.printable(folder)): \(Errno.current)") }
         defer { close(parent) }
         let temporary = StagingName.random(beside: leaf, "getting")
+        var leftOut = 0
         do {
             if info.st_mode & S_IFMT == S_IFDIR {
-                try TreeCopy.copyDirectory(from: sourceFD, toNew: temporary, in: parent, source: source.description)
+                leftOut = try TreeCopy.copyDirectory(from: sourceFD, toNew: temporary, in: parent, .shown)
             } else {
                 try TreeCopy.copyFile(from: sourceFD, toNew: temporary, in: parent)
             }
@@ -221,8 +242,8 @@ public enum FileSharing {
             removeTree(at: parent, temporary)
             throw UserError.failed("cannot get \(source) into \(shown)", error)
         }
-        if folder == here { return leaf }
-        return (folder.last == slash ? folder : folder + [slash]) + leaf
+        if folder == here { return (leaf, leftOut) }
+        return ((folder.last == slash ? folder : folder + [slash]) + leaf, leftOut)
     }
 
     /// Deletes the file or folder `Documents/components…`; returns its container path.
@@ -300,7 +321,7 @@ public enum FileSharing {
             defer { close(staging) }
             let temporary = StagingName.random(beside: name, "sharing")
             do {
-                try writeNewFile(at: staging, temporary, contents)
+                try writeNewFile(at: staging, temporary, contents, owner: Owner.handingTo(rootFD: store.rootFD))
                 try place(temporary, from: staging, as: name, in: parent, replacing: replacing, store, device: device,
                           "\(replacing ? "replace" : "add") \(target) in \(store.path)", need: "the edit adds")
             } catch {
@@ -340,10 +361,6 @@ public enum FileSharing {
 
     /// The state folder's staging folder (as `deliver`'s, the same one and its lock).
     private static func stagingFolder(_ store: Store) throws(Errno) -> Int32 {
-        let made = withCName(Delivery.stagingName) { mkdirat(store.stateFD, $0, 0o700) }
-        if made != 0, errno != EEXIST { throw Errno.current }
-        return try withCName(Delivery.stagingName) { (name) throws(Errno) in
-            try sys { openat(store.stateFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-        }
+        try Delivery.stagingFolder(store)
     }
 }

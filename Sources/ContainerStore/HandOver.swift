@@ -3,7 +3,8 @@ import Glibc
 /// The mode a file or folder gets when a command copies it into a store: `restore` from an
 /// archive, `deliver` and `create` from the host (docs/backup.md, "Modes").
 ///
-/// The copy belongs to whoever runs the command, not to the owner the source had (or, in an
+/// The copy belongs to whoever runs the command (or, root handing files to another user's
+/// store, to that store's owner: `Owner`), not to the owner the source had (or, in an
 /// archive, claims), so the bits that lend an owner's rights to others or weaken a folder
 /// are dropped, as `cp` drops set-ID bits when the owner changes. They are dropped whoever
 /// runs the command, even for a user copying their own files: the mount is `nosuid` and an
@@ -17,6 +18,35 @@ public enum HandedOverMode {
     /// A folder keeps read, write and search for owner and group, read and search for
     /// others; never writable by others, set-user-ID, set-group-ID or sticky.
     public static func folder(_ mode: mode_t) -> mode_t { mode & 0o775 }
+}
+
+/// The user and group ids a file copied into a store by root is given: the store's owner's
+/// (its top folder's), as the files the app makes are (docs/lifecycle.md, "File sharing").
+///
+/// The app runs as that owner (or, under root's `run`, as an unprivileged user the mount
+/// maps to it): a file root copied in and left root's could be read but never changed,
+/// renamed over or given another mode by the app it was handed to. The copy's mode is the
+/// one `HandedOverMode` allows, never set-ID, so nothing of root's is lent to anybody.
+public struct Owner: Equatable, Sendable {
+    public let uid: uid_t
+    public let gid: gid_t
+
+    /// For a copy into the store open at `rootFD`: its owner when root copies into a store of
+    /// another user; nil when the copier is the owner (or cannot give files away anyway).
+    public static func handingTo(rootFD: Int32) -> Owner? {
+        var info = stat()
+        guard geteuid() == 0, fstat(rootFD, &info) == 0, info.st_uid != 0 || info.st_gid != getegid() else { return nil }
+        return Owner(uid: info.st_uid, gid: info.st_gid)
+    }
+
+    /// Whether this user may read a node of status `info` by its mode bits (owner, its
+    /// primary group, others). Root hands a user only what that user could read: a path
+    /// the user controls (a hard link to `/etc/shadow`, a folder swapped for a symlink
+    /// into `/root`) must not turn root's copy into the user's copy of a secret.
+    public func mayRead(_ info: stat) -> Bool {
+        let bit: mode_t = info.st_uid == uid ? S_IRUSR : info.st_gid == gid ? S_IRGRP : S_IROTH
+        return info.st_mode & bit != 0
+    }
 }
 
 /// Hidden working names in a folder others may share (a sticky `/tmp`):

@@ -17,8 +17,9 @@ final class StateLock {
         // Its record is truncated and rewritten: never through a second name of another file.
         guard isSoleName(fd) else {
             close(fd)
-            throw UserError("\(store.statePath)/\(ContainerPath.printable(name)) is not a plain file of the store (another name links to it): remove it, it is made anew")
+            throw UserError("\(store.statePath)/\(ContainerPath.printable(name)) is not a plain file of the store (a FIFO, a device, or a file another name links to): remove it, it is made anew")
         }
+        ownedLikeTheFolder(fd, store.stateFD)
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
             return nil

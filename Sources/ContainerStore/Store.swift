@@ -159,6 +159,33 @@ public func openDirectory(at parent: Int32, _ name: [UInt8]) throws(Errno) -> In
     }
 }
 
+/// Opens the regular file `name` inside `parent` for reading, following no symlink in its
+/// last component (`parent` may be `AT_FDCWD` and `name` a path); anything but a regular
+/// file is `EINVAL`, closed again without a byte read. The one way a command or the daemon
+/// opens a file that someone else may swap (the store's owner, a user handing a file over)
+/// to read it.
+///
+/// `O_NONBLOCK`: a FIFO put in the file's place between a check of its type and the open
+/// would otherwise block the open (for good, with no writer) and every read after it; a
+/// device would be read as data. The flag changes nothing for a regular file. `O_NOCTTY`: a
+/// terminal never becomes the command's controlling one.
+public func openRegularFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> Int32 {
+    let fd = try withCName(name) { (cname) throws(Errno) in
+        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
+    }
+    guard isRegularFile(fd) else {
+        close(fd)
+        throw Errno(EINVAL)
+    }
+    return fd
+}
+
+/// Whether `fd` is open on a regular file (else a FIFO, socket, device, folder or symlink).
+public func isRegularFile(_ fd: Int32) -> Bool {
+    var info = stat()
+    return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+}
+
 /// The most a state file of one line (a format, a name, a number) may hold.
 public let smallStateFileLimit = 4096
 
@@ -170,14 +197,11 @@ public let smallStateFileLimit = 4096
 /// the daemon or the command in `open` or `read`. The flag changes nothing for a regular
 /// file.
 public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) throws(Errno) -> [UInt8] {
-    let fd = try withCName(name) { (cname) throws(Errno) in
-        try sys { openat(parent, cname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-    }
+    // (The /proc files MountTable and AuditLog read are regular files too.)
+    let fd = try openRegularFile(at: parent, name)
     defer { close(fd) }
     var info = stat()
     try sys { fstat(fd, &info) }
-    // (The /proc files MountTable and AuditLog read are regular files too.)
-    guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
     guard info.st_size <= limit else { throw Errno(EFBIG) }
     var contents: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 65536)
@@ -188,6 +212,24 @@ public func readFile(at parent: Int32, _ name: [UInt8], limit: Int = 1 << 30) th
         guard contents.count + count <= limit else { throw Errno(EFBIG) }
         contents += chunk[0..<count]
     }
+}
+
+/// Gives the file or folder open at `fd`, which the caller just made (or opened to write) in
+/// the folder `folderFD`, to that folder's owner when root made it: a store's state folder
+/// and its files are the owner's, whose own commands and daemons open them (a lock, the
+/// audit log, the tag index, the staging folder). Root's `run`, `mount`, `deliver` or
+/// `share put` of another user's store left them root's, mode 0600, and the owner's next
+/// `run`, `update` or `deliver` failed with "Permission denied".
+///
+/// A file with another name (a hard link planted to a file of root's, which the kernel
+/// allows with `fs.protected_hardlinks` off) is never given away; a folder has none.
+public func ownedLikeTheFolder(_ fd: Int32, _ folderFD: Int32) {
+    guard geteuid() == 0 else { return }
+    var folder = stat(), node = stat()
+    guard fstat(folderFD, &folder) == 0, fstat(fd, &node) == 0, node.st_uid != folder.st_uid || node.st_gid != folder.st_gid else { return }
+    let type = node.st_mode & S_IFMT
+    guard type == S_IFDIR || (type == S_IFREG && node.st_nlink == 1) else { return }
+    _ = fchown(fd, folder.st_uid, folder.st_gid)
 }
 
 /// Whether the file open at `fd` is a regular file with no other name: what a state file
@@ -220,12 +262,15 @@ func stateFileIsDamaged(_ stateFD: Int32, _ name: [UInt8], parse: () -> Any?) ->
     return parse() == nil
 }
 
-/// Writes `contents` to a new file `name` inside `parent` (which must not exist), with `mode`.
-public func writeNewFile(at parent: Int32, _ name: [UInt8], _ contents: [UInt8], mode: mode_t = 0o644) throws(Errno) {
+/// Writes `contents` to a new file `name` inside `parent` (which must not exist), with `mode`,
+/// owned by `owner` if given, else by `parent`'s owner when root writes it
+/// (`ownedLikeTheFolder`).
+public func writeNewFile(at parent: Int32, _ name: [UInt8], _ contents: [UInt8], mode: mode_t = 0o644, owner: Owner? = nil) throws(Errno) {
     let fd = try withCName(name) { (cname) throws(Errno) in
         try sys { openat(parent, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
     }
     defer { close(fd) }
+    if let owner { try sys { fchown(fd, owner.uid, owner.gid) } } else { ownedLikeTheFolder(fd, parent) }
     var written = 0
     while written < contents.count {
         let offset = written

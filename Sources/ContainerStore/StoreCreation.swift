@@ -37,9 +37,11 @@ extension Store {
     /// Builds a whole container in a new hidden folder of `parentFD` beside `leaf`, under
     /// an unpredictable name (`.LEAF.PURPOSE-XXXXXXXXXXXX`, see `StagingName`), and returns
     /// that name; a failure leaves nothing behind. `path` names the target for messages.
+    /// `owner`: the ids everything built is given once it is whole (root updating another
+    /// user's store: `Owner.handingTo`), else it stays the builder's.
     public static func buildAside(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
-                                  seal: Seal?, path: String) throws(UserError) -> [UInt8] {
-        let built = try buildAsideHeld(in: parentFD, beside: leaf, purpose, bundle: bundlePath, seal: seal, path: path)
+                                  seal: Seal?, path: String, owner: Owner? = nil) throws(UserError) -> [UInt8] {
+        let built = try buildAsideHeld(in: parentFD, beside: leaf, purpose, bundle: bundlePath, seal: seal, path: path, owner: owner)
         close(built.lock)
         return built.name
     }
@@ -48,11 +50,25 @@ extension Store {
     /// it (`StagingName.createHeld`): the caller closes it once the folder is renamed into
     /// place or removed, and until then no later run takes the folder for abandoned.
     public static func buildAsideHeld(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String, bundle bundlePath: String,
-                                      seal: Seal?, path: String) throws(UserError) -> (name: [UInt8], lock: Int32) {
+                                      seal: Seal?, path: String, owner: Owner? = nil) throws(UserError) -> (name: [UInt8], lock: Int32) {
         let bundleName = try checkBundle(bundlePath)
         return try stageHeld(in: parentFD, beside: leaf, purpose, path: path) { stagingFD in
-            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal)
+            try populate(stagingFD, bundlePath: bundlePath, bundleName: bundleName, seal: seal, owner: owner)
+            if let owner { try give(stagingFD, to: owner) }
         }
+    }
+
+    /// Gives the staged folder open at `stagingFD` and everything in it to `owner`, the top
+    /// last. Walked by name, following no symlink, and safe so: until the top is given, it
+    /// is the builder's with mode 0700, and nobody else can reach inside.
+    static func give(_ stagingFD: Int32, to owner: Owner) throws(Errno) {
+        var failure: Errno?
+        Capacity.forEachNode(below: stagingFD, skippingState: false) { folderFD, name, _ in
+            let changed = withCName(name) { fchownat(folderFD, $0, owner.uid, owner.gid, AT_SYMLINK_NOFOLLOW) }
+            if changed != 0, failure == nil { failure = Errno.current }
+        }
+        if let failure { throw failure }
+        try sys { fchownat(stagingFD, "", owner.uid, owner.gid, clinux_AT_EMPTY_PATH) }
     }
 
     /// Makes a new hidden folder beside `leaf` (`StagingName.createHeld`) and runs `build`
@@ -120,11 +136,13 @@ extension Store {
     }
 
     /// Fills the staging folder: bundle copy, structure, state folder.
-    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], seal: Seal?) throws {
+    /// `owner`: who the bundle is copied for, who must be able to read every file of it
+    /// (`Owner.mayRead`).
+    private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], seal: Seal?, owner: Owner? = nil) throws {
         let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard sourceFD >= 0 else { throw UserError.failed("cannot read bundle \(bundlePath)", Errno.current) }
         defer { close(sourceFD) }
-        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, source: bundlePath)
+        try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, .everything(what: "bundle \(bundlePath)"), owner: owner)
 
         for directory in StandardDirectory.allCases {
             try withCName(directory.path.bytes) { (name) throws(Errno) in _ = try sys { mkdirat(rootFD, name, 0o755) } }

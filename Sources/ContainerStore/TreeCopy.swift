@@ -3,17 +3,37 @@ import ContainerPolicy
 import Glibc
 
 /// Copies a directory tree between descriptors, following no symlink, keeping times,
-/// symlink targets and modes as `HandedOverMode` allows. Used to install a bundle and to
-/// deliver.
+/// symlink targets and modes as `HandedOverMode` allows. Used to install a bundle, to
+/// deliver and by file sharing.
+///
+/// Every file is opened as `openRegularFile` opens it: a FIFO or device swapped in after
+/// its type was looked at is refused, never waited on or read.
 enum TreeCopy {
-    /// Copies the directory open at `sourceFD` to a new directory `name` in `parentFD`.
-    /// `source` names the top for messages.
+    /// What a copy takes from the source tree.
+    enum Selection {
+        /// Every file, folder and symlink; a special file (FIFO, socket, device) is refused
+        /// with a line naming `what` holds it ("bundle Demo.app").
+        case everything(what: String)
+        /// What file sharing shows (`FileSharing.list`): files and folders whose names do
+        /// not start with `.`; the rest (hidden names, symlinks, special files) is left out
+        /// and counted.
+        case shown
+    }
+
+    /// Copies the directory open at `sourceFD` to a new directory `name` in `parentFD`;
+    /// returns how many entries `selection` left out. `owner`: the ids every copy is given
+    /// (root handing files to a store's owner), else they stay the copier's; a file or
+    /// folder that owner could not read is refused (`EACCES`: `Owner.mayRead`).
     ///
     /// Iterative, on two `FolderChain`s: a chain of folders of any depth neither overflows
     /// the thread's stack nor runs out of descriptors.
-    static func copyDirectory(from sourceFD: Int32, toNew name: [UInt8], in parentFD: Int32, source: String, relative: ContainerPath = .root) throws {
+    @discardableResult
+    static func copyDirectory(from sourceFD: Int32, toNew name: [UInt8], in parentFD: Int32, _ selection: Selection,
+                              owner: Owner? = nil, relative: ContainerPath = .root) throws -> Int {
         var info = stat()
+        var leftOut = 0
         try sys { fstat(sourceFD, &info) }
+        if let owner, !owner.mayRead(info) { throw Errno(EACCES) }
         try withCName(name) { (cname) throws(Errno) in _ = try sys { mkdirat(parentFD, cname, 0o700) } }
         let targetFD = try withCName(name) { (cname) throws(Errno) in
             try sys { openat(parentFD, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
@@ -30,6 +50,7 @@ enum TreeCopy {
         while !levels.isEmpty {
             guard let entry = levels[levels.count - 1].names.popLast() else {
                 let folder = levels.removeLast().info
+                if let owner { try sys { fchown(targets.fd, owner.uid, owner.gid) } }
                 try sys { fchmod(targets.fd, HandedOverMode.folder(folder.st_mode)) }
                 var times = [folder.st_atim, folder.st_mtim]
                 try sys { futimens(targets.fd, &times) }
@@ -40,47 +61,59 @@ enum TreeCopy {
                 continue
             }
             try withCName(entry) { (cname) throws(Errno) in _ = try sys { fstatat(sources.fd, cname, &info, AT_SYMLINK_NOFOLLOW) } }
+            if case .shown = selection {
+                let type = info.st_mode & S_IFMT
+                guard entry.first != UInt8(ascii: "."), type == S_IFREG || type == S_IFDIR else {
+                    leftOut += 1
+                    continue
+                }
+            }
             switch info.st_mode & S_IFMT {
             case S_IFDIR:
+                if let owner, !owner.mayRead(info) { throw Errno(EACCES) }
                 try withCName(entry) { (cname) throws(Errno) in _ = try sys { mkdirat(targets.fd, cname, 0o700) } }
                 try sources.enter(entry)
                 try targets.enter(entry)
                 components.append(entry)
                 levels.append((info, try Directory.entries(of: sources.fd).map(\.name)))
             case S_IFREG:
-                try copyFile(entry, from: sources.fd, to: targets.fd, info: info)
+                let input = try openRegularFile(at: sources.fd, entry)
+                defer { close(input) }
+                try copyFile(from: input, toNew: entry, in: targets.fd, owner: owner)
             case S_IFLNK:
                 let target = try readLink(at: sources.fd, entry)
                 try withCName(target) { (ctarget) throws(Errno) in
                     try withCName(entry) { (cname) throws(Errno) in _ = try sys { symlinkat(ctarget, targets.fd, cname) } }
                 }
+                if let owner {
+                    try withCName(entry) { (cname) throws(Errno) in _ = try sys { fchownat(targets.fd, cname, owner.uid, owner.gid, AT_SYMLINK_NOFOLLOW) } }
+                }
                 var times = [info.st_atim, info.st_mtim]
                 try withCName(entry) { (cname) throws(Errno) in _ = try sys { utimensat(targets.fd, cname, &times, AT_SYMLINK_NOFOLLOW) } }
             default:
                 let at = ContainerPath(components: components + [entry])
-                throw UserError("bundle \(source) contains a special file (FIFO, socket or device) at \(at): remove it; a bundle holds only files, folders and symlinks")
+                let what = if case .everything(let what) = selection { what } else { "the folder" }
+                throw UserError("\(what) contains a special file (FIFO, socket or device) at \(at): remove it; only files, folders and symlinks are copied")
             }
         }
+        return leftOut
     }
 
-    private static func copyFile(_ name: [UInt8], from sourceDir: Int32, to targetDir: Int32, info: stat) throws(Errno) {
-        let input = try withCName(name) { (cname) throws(Errno) in
-            try sys { openat(sourceDir, cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
-        }
-        defer { close(input) }
-        try copyFile(from: input, toNew: name, in: targetDir)
-    }
-
-    /// Copies the file open at `input` to a new file `name` in `targetDir`, with its times
-    /// and its mode as `HandedOverMode` allows.
-    static func copyFile(from input: Int32, toNew name: [UInt8], in targetDir: Int32) throws(Errno) {
+    /// Copies the file open at `input` (a regular file, else `EINVAL`) to a new file `name`
+    /// in `targetDir`, with its times and its mode as `HandedOverMode` allows, owned by
+    /// `owner` if given, which must be able to read it (else `EACCES`: `Owner.mayRead`).
+    static func copyFile(from input: Int32, toNew name: [UInt8], in targetDir: Int32, owner: Owner? = nil) throws(Errno) {
         var info = stat()
         try sys { fstat(input, &info) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
+        if let owner, !owner.mayRead(info) { throw Errno(EACCES) }
         let output = try withCName(name) { (cname) throws(Errno) in
             try sys { openat(targetDir, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         }
         defer { close(output) }
         try copyContents(from: input, to: output)
+        // Before the mode: a chown clears set-ID bits (HandedOverMode drops them anyway).
+        if let owner { try sys { fchown(output, owner.uid, owner.gid) } }
         try sys { fchmod(output, HandedOverMode.file(info.st_mode)) }
         var times = [info.st_atim, info.st_mtim]
         try sys { futimens(output, &times) }

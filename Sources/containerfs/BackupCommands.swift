@@ -14,7 +14,10 @@ struct BackupCommand: ParsableCommand {
         discussion: """
             Writes a pax tar archive (readable by GNU tar and bsdtar) holding the backup set with \
             modes, times, symlinks, hard links and user.* extended attributes, and as its first \
-            entry a manifest with the SHA-256 of every file and the bundle's identity. Works \
+            entry a manifest with the SHA-256 of every file and the bundle's identity. A file with \
+            holes (a sparse file) is stored as its data regions and a map, in GNU tar's sparse \
+            format, so its holes take no room in the archive; the sizes printed are apparent \
+            sizes (as ls -l shows them), and the data stored is printed apart. Works \
             whether or not the container is mounted; each file is read consistently even while \
             an app writes it. The archive appears only once complete, mode 0600 (it holds files \
             others may not read), built under an unpredictable hidden name. ARCHIVE may be \
@@ -65,12 +68,17 @@ struct BackupCommand: ParsableCommand {
             if json {
                 printJSON([
                     "archive": archive!, "entries": summary.entries, "files": summary.files, "bytes": summary.bytes,
-                    "archiveBytes": summary.archiveBytes, "manifestSHA256": hex(summary.manifestDigest),
+                    "dataBytes": summary.dataBytes, "sparseFiles": summary.sparseFiles, "archiveBytes": summary.archiveBytes, "manifestSHA256": hex(summary.manifestDigest),
                     "vanished": summary.vanished.map { ContainerPath.printable($0.bytes) }, "excluded": set.excluded.map { ContainerPath.printable($0.path.bytes) },
                 ])
             } else {
                 FileHandleOutput.standardOutput.write(
                     "backed up \(counted(summary.entries, "entry", "entries")) (\(counted(summary.files, "file")), \(formatBytes(summary.bytes))) of \(store) to \(archive!) (\(formatBytes(summary.archiveBytes)))\n")
+                if summary.sparseFiles > 0 {
+                    // Sizes above are apparent sizes; holes take no room in the archive.
+                    FileHandleOutput.standardOutput.write(
+                        "sparse: \(counted(summary.sparseFiles, "file")) with holes, stored as their data (\(formatBytes(summary.dataBytes)) of file data in all)\n")
+                }
                 if !set.excluded.isEmpty {
                     FileHandleOutput.standardOutput.write("excluded: \(counted(set.excluded.count, "item")) (see --list)\n")
                 }
@@ -131,7 +139,9 @@ struct RestoreCommand: ParsableCommand {
             of the bundle — checking every entry against the archive's manifest as it is read, and \
             renames it into place only when the whole archive verified: a corrupt, truncated or \
             hostile archive (.. or absolute paths, entries through symlinks or outside the backup \
-            set, device files, FIFOs) is refused and nothing is written. STORE must not exist, or \
+            set, device files, FIFOs, a sparse map out of order or past its size) is refused and \
+            nothing is written. A sparse file comes back sparse: its apparent size set, only its \
+            data written. STORE must not exist, or \
             be an empty folder. Restored files belong to whoever runs restore and keep no \
             set-user-ID, set-group-ID or sticky bit; no folder is writable by others. ARCHIVE may be \
             s3://BUCKET/KEY (configured as for backup): the object is read as it is downloaded, in \
@@ -217,7 +227,7 @@ struct RestoreCommand: ParsableCommand {
                 return
             }
             if json {
-                printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "bundle": bundleName])
+                printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "dataBytes": summary.dataBytes, "bundle": bundleName])
             } else {
                 FileHandleOutput.standardOutput.write(
                     "restored \(counted(summary.entries, "entry", "entries")) (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")

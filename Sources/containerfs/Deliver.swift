@@ -13,7 +13,7 @@ struct Deliver: ParsableCommand {
             would not fit (see 'containerfs capacity'), and so does a container of a device folder \
             with a capacity when the device has less free, mounted or not: one line says how much \
             the files take in blocks and how much is free, and nothing reaches the Inbox (exit 1). \
-            See docs/capacity.md, "Installing on a full device". The copies belong to whoever runs deliver and \
+            See docs/capacity.md, "Installing on a full device". The copies belong to the container's owner, as what its app makes (root delivering into another user's container copies in only what that user may read), and \
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others. A file named that is missing, or neither a file nor a folder, is refused before any is delivered.
 
             A lock that another process holds (a stopped update or delivery) is waited for at most 10 s, then the command gives up naming that process, exit 75 (see 'containerfs --help').

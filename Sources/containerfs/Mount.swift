@@ -89,7 +89,14 @@ struct Mount: ParsableCommand {
     private func serve(_ opened: Store, _ parsed: MountOptions) throws(UserError) {
         // Before the mount: looking at the mount point then would wait for this daemon itself.
         let absoluteMountpoint = MountEntry.absolute(mountpoint)
-        let lock = try MountLock(store: opened, mountpoint: absoluteMountpoint)
+        // Refused here, the reason goes to the waiting parent (mount, run) as its one line:
+        // a lock file the store's owner replaced by a FIFO or a folder said only "the
+        // daemon exited before the mount was ready".
+        let lock: MountLock
+        do { lock = try MountLock(store: opened, mountpoint: absoluteMountpoint) } catch {
+            report(ready: false, error.message)
+            throw error
+        }
         let audit = AuditLog(stateFD: opened.stateFD)
         defer { audit.close() }
         var parsed = parsed

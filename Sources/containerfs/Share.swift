@@ -20,7 +20,11 @@ struct Share: ParsableCommand {
             LSSupportsOpeningDocumentsInPlace to true shares its Documents/ (XML and binary \
             plists are read); otherwise share refuses with one line. Hidden files (a name \
             starting with .) and Documents/Inbox/ are neither shown nor reachable, symlinks \
-            in the store are never followed, and only files and folders are shown. Works \
+            in the store are never followed, and only files and folders are shown; a \
+            folder is copied in or out with just those (the line counts what was left \
+            out). get never follows a symlink at its destination. What put copies in \
+            belongs to the container's owner, whoever runs it, as what the app makes (root \
+            copies in only what that owner may read). Works \
             whether the container is mounted or not: a running app's mount shows the change \
             at once. put is held to the container's capacity (see 'containerfs capacity'), \
             and to its device's free space in a device folder with a capacity, mounted or \
@@ -53,6 +57,8 @@ struct Share: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let opened = try Store.open(store, changing: action != "ls" && action != "get")
+            // A group has no app, hence no Info.plist to enable sharing: said so, not "cannot read /Info.plist".
+            try opened.requireApp(for: "share")
             try FileSharing.requireEnabled(opened)
             switch action {
             case "ls":
@@ -69,17 +75,18 @@ struct Share: ParsableCommand {
                 // live count (docs/capacity.md, "Installing on a full device"), as `deliver`.
                 let device = DeviceInstall(storePaths: [store])
                 defer { device.finish() }
-                let path = try FileSharing.put(raw[0], to: try FileSharing.components(name), in: opened, device: device)
+                let (path, leftOut) = try FileSharing.put(raw[0], to: try FileSharing.components(name), in: opened, device: device)
                 // A mounted container's daemon counts the file (a recount) before the
                 // device's reservation of it is given back.
                 try ControlChannel.invalidate(opened, [path])
-                FileHandleOutput.standardOutput.write("put \(host) as \(path)\n")
+                FileHandleOutput.standardOutput.write("put \(host) as \(path)\(Self.leftOutNote(leftOut))\n")
             case "get":
                 let components = try FileSharing.components(rawArgument(operands[0]))
                 // The host path is bytes, as given (as put's): a name that is not UTF-8 is kept.
                 let destination = operands.count > 1 ? rawArguments(operands)[1] : Array(".".utf8)
-                let written = try FileSharing.get(components, from: opened, to: destination)
-                FileHandleOutput.standardOutput.write("got \(FileSharing.containerPath(components)) as \(ContainerPath.printable(written, escapingControls: true))\n")
+                let (written, leftOut) = try FileSharing.get(components, from: opened, to: destination)
+                FileHandleOutput.standardOutput.write(
+                    "got \(FileSharing.containerPath(components)) as \(ContainerPath.printable(written, escapingControls: true))\(Self.leftOutNote(leftOut))\n")
             case "rm":
                 // What it frees goes to the device's live count while a sibling is mounted
                 // (docs/capacity.md); a mounted container's daemon recounts at the invalidate.
@@ -101,6 +108,13 @@ struct Share: ParsableCommand {
                 FileHandleOutput.standardOutput.write("moved \(paths[0]) to \(paths[1])\n")
             }
         }
+    }
+}
+
+extension Share {
+    /// What a folder's copy left out, for the line that reports it ("" when nothing).
+    static func leftOutNote(_ count: Int) -> String {
+        count == 0 ? "" : " (left out \(count) hidden \(count == 1 ? "entry, symlink or special file" : "entries, symlinks or special files"): file sharing shows none)"
     }
 }
 

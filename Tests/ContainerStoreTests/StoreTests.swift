@@ -178,6 +178,30 @@ struct AuditLogTests {
         #expect(AuditLog.read(stateFD: store.stateFD).last?.uid == 199, "the newest record is in the current file")
     }
 
+    /// An audit log the store's owner made huge (sparse: no disk taken) with a record at its
+    /// end: root's `audit` and `check` read a log of 1000 MB whole (20 s, 2 GB of memory,
+    /// five times a second with `--follow`), and one past 1 GiB not at all, its denials
+    /// hidden from `check`. The reader takes the last 8 MiB: the record, at once.
+    @Test func aHugeLogIsReadByItsTailOnly() throws {
+        let scratch = try Scratch()
+        let store = try Store.create(at: scratch.path + "/store", bundle: scratch.path + "/Demo.app")
+        let log = AuditLog(stateFD: store.stateFD)
+        log.record(pid: getpid(), uid: 1000, operation: "unlink", paths: [ContainerPath(components: [Array("Demo.app".utf8)])],
+                   areas: [.bundle], denial: .bundleIsReadOnly)
+        log.close()
+        let path = scratch.path + "/store/.containerfs/audit.log"
+        let line = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(truncate(path, 3 << 29) == 0)   // 1.5 GiB of holes
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("\n".utf8) + line)
+        try handle.close()
+        let started = ContinuousClock.now
+        let records = AuditLog.read(stateFD: store.stateFD)
+        #expect(records.count == 1 && records.first?.uid == 1000, "\(records)")
+        #expect(ContinuousClock.now - started < .seconds(5))
+    }
+
     /// With a queue of one and a burst of records, the writer cannot keep up: `record`
     /// still returns at once, and what it dropped is counted in `{"dropped":N}` lines, so
     /// records written plus records dropped are all the records made.

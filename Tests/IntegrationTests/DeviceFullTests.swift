@@ -141,6 +141,28 @@ struct DeviceFullTests {
         #expect(try deviceUsed(device) == used + need)
     }
 
+    /// A sparse file of 1 TiB (three blocks of data) restored into a device with a capacity
+    /// of a few MiB free: the capacity counts blocks, so it is charged its blocks, as it was
+    /// in the container it came from, never its apparent size.
+    @Test func aRestoredSparseFileIsChargedItsBlocksNotItsSize() throws {
+        let device = try GroupDevice()
+        let file = device.app + "/Documents/disk.img"
+        #expect(try runProgram(["truncate", "-s", "1T", file]).status == 0)
+        for (offset, text) in [(0, "begin"), (1 << 39, "middle"), ((1 << 40) - 3, "end")] {
+            #expect(try runProgram(["sh", "-c", "printf \(text) | dd of='\(file)' bs=1 seek=\(offset) conv=notrunc status=none"]).status == 0)
+        }
+        let archive = device.base + "/app.tar"
+        #expect(try containerfs(["backup", device.app, archive]).status == 0)
+        let used = try deviceUsed(device)
+        #expect(try containerfs(["capacity", device.device, "\(used + 4 * 1024 * 1024)"]).status == 0)
+        let restored = try containerfs(["restore", archive, device.device + "/Restored", "--bundle", device.base + "/Demo.app"])
+        #expect(restored.status == 0, "\(restored)")
+        var info = stat()
+        #expect(stat(device.device + "/Restored/Documents/disk.img", &info) == 0 && info.st_size == 1 << 40)
+        let charged = try deviceUsed(device) - used
+        #expect(charged == (try du([device.device + "/Restored"])) && charged < 4 * 1024 * 1024, "charged \(charged) bytes")
+    }
+
     /// The same from an object store: the object is downloaded and verified aside, then
     /// refused, nothing put in the device.
     @Test func restoreFromAnObjectStoreIsRefusedToo() throws {

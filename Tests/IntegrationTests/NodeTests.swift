@@ -263,11 +263,13 @@ struct NodeTests {
 
     /// A program opening a file while another replaces it in a loop (`os.replace` of a
     /// new version, as atomic saves do) opens the old version or the new one, as on ext4,
-    /// never `ESTALE`: a node a rename replaced keeps its descriptor until the kernel
-    /// forgets it. For an ordinary user's daemon and root's, with a capacity (whose count
-    /// holds the replaced file while a racing open has it) and without.
+    /// never `ESTALE`; so do programs opening, and creating with `O_CREAT`, a file others
+    /// delete and make again in a loop (a lock file, SQLite's journal), or get `ENOENT`:
+    /// a file that loses its last name keeps its descriptor until the kernel forgets it.
+    /// For an ordinary user's daemon and root's, with a capacity (whose count holds the
+    /// removed file while a racing open has it) and without.
     @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false)])
-    func opensRacingReplacementsOpenAVersion(user: String?, capacity: Bool) throws {
+    func opensRacingRemovalsOpenAVersion(user: String?, capacity: Bool) throws {
         let container = try MountedContainer(user: user)
         defer { container.unmount() }
         if capacity { try CapacityTests.setCapacity(container, "200M") }
@@ -300,7 +302,33 @@ struct NodeTests {
                 finally:
                     done.set()
                     for t in replacers: t.join()
-                print("failures", len(failures), sorted(set(failures)))
+                # A lock file deleted and made again by two threads while two others open it.
+                lock = d + "/lock"
+                done.clear()
+                def churn():
+                    while not done.is_set():
+                        try:
+                            fd = os.open(lock, os.O_CREAT | os.O_WRONLY, 0o644)
+                            os.write(fd, b"pid")
+                            os.close(fd)
+                            os.unlink(lock)
+                        except FileNotFoundError: pass
+                        except OSError as e: failures.append("churn " + errno.errorcode[e.errno])
+                def probe(opened):
+                    while not done.is_set() and opened[0] < 3000:
+                        try:
+                            os.close(os.open(lock, os.O_RDONLY))
+                            opened[0] += 1
+                        except FileNotFoundError: pass
+                        except OSError as e: failures.append("open " + errno.errorcode[e.errno])
+                opened = [0]
+                churners = [threading.Thread(target=churn) for _ in range(2)]
+                probes = [threading.Thread(target=probe, args=(opened,)) for _ in range(2)]
+                for t in churners + probes: t.start()
+                for t in probes: t.join(timeout=60)
+                done.set()
+                for t in churners + probes: t.join()
+                print("failures", len(failures), sorted(set(failures)), "lock opened", opened[0])
                 sys.exit(1 if failures else 0)
                 """#
             let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint], user: user)
@@ -310,7 +338,8 @@ struct NodeTests {
     }
 
     /// Deleting a 100 MiB file through the mount, or replacing it by a rename, frees its
-    /// blocks in the store at once when no program holds it; one held open keeps them until it is closed; 100 MiB in
+    /// blocks in the store at once (when the kernel forgets it, as the removal returns)
+    /// when no program holds it; one held open keeps them until it is closed; 100 MiB in
     /// 400 small files deleted in a row are freed within moments too. The store
     /// sits on a tmpfs of its own, so that no other writer moves its free space.
     @Test(arguments: [[String](), ["nopassthrough"]])
@@ -362,7 +391,9 @@ struct NodeTests {
             before = free()
             os.replace(path + ".new", path)
             assert freed_within(before, 1), ("replaced, not freed at once", free() - before)
+            before = free()
             os.unlink(path)
+            assert freed_within(before, 1), ("deleted after the rename, not freed at once", free() - before)
             # Held open while deleted: kept until closed, then freed.
             written(path)
             held = open(path, "rb")

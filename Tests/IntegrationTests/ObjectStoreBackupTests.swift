@@ -78,6 +78,43 @@ struct ObjectStoreBackupTests {
         }
     }
 
+    /// An app makes a file of 1 TiB with three blocks of data through the mount (`truncate`,
+    /// `dd`): the object uploaded is a few KiB, GNU tar lists the file at 1 TiB, and the
+    /// restore from the object store makes it sparse again.
+    @Test func aSparseFileGoesUpAsItsDataAlone() throws {
+        try withSeaweedFS { server in
+            let source = try MountedContainer()
+            try source.mount()
+            let file = source.mounted("Documents/disk.img")
+            #expect(try runProgram(["truncate", "-s", "1T", file]).status == 0)
+            for (offset, text) in [(0, "begin"), (1 << 39, "middle"), ((1 << 40) - 3, "end")] {
+                #expect(try runProgram(["sh", "-c", "printf \(text) | dd of='\(file)' bs=1 seek=\(offset) conv=notrunc status=none"]).status == 0)
+            }
+            let url = "s3://\(SeaweedFS.bucket)/sparse.tar"
+            let backup = try server.containerfs(["backup", source.store, url, "--json"])
+            #expect(backup.status == 0, "\(backup)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(backup.stdout.utf8)) as? [String: Any])
+            #expect(report["bytes"] as? Int == 1 << 40 && report["sparseFiles"] as? Int == 1, "\(report)")
+            #expect((report["dataBytes"] as? Int ?? Int.max) <= 3 * 4096, "\(report)")
+            let object = try #require(try server.object("sparse.tar"))
+            #expect(object.count < 64 * 1024, "the object holds \(object.count) bytes")
+            let tarPath = source.base + "/fetched.tar"
+            try object.write(to: URL(fileURLWithPath: tarPath))
+            let listing = try runProgram(["tar", "-tvf", tarPath]).stdout
+            #expect(listing.contains("1099511627776") && listing.contains("Documents/disk.img"), "\(listing)")
+
+            let restored = source.base + "/restored"
+            let restore = try server.containerfs(["restore", url, restored, "--bundle", source.base + "/Demo.app"])
+            #expect(restore.status == 0, "\(restore)")
+            var info = stat()
+            #expect(stat(restored + "/Documents/disk.img", &info) == 0 && info.st_size == 1 << 40 && info.st_blocks <= 64, "size \(info.st_size), blocks \(info.st_blocks)")
+            for (offset, text) in [(0, "begin"), (1 << 39, "middle"), ((1 << 40) - 3, "end")] {
+                let read = try runProgram(["sh", "-c", "dd if='\(restored)/Documents/disk.img' bs=1 skip=\(offset) count=\(text.count) status=none"])
+                #expect(read.stdout == text, "at \(offset): \(read)")
+            }
+        }
+    }
+
     /// A 1 GiB container goes up and comes back in bounded memory: the peak resident
     /// size of `containerfs` (GNU time) stays below 64 MiB both ways.
     @Test func largeContainerInBoundedMemory() throws {

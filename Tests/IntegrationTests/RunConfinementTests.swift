@@ -345,6 +345,38 @@ struct RunConfinementTests {
         try expectCleanedUp(container)
     }
 
+    /// An ACL root's program sets naming itself (`mobile`, 501 inside, `_containerfs`
+    /// outside) and its group is recorded naming the store's owner, as a chown is, and
+    /// read back inside as set: no ACL in the store grants `_containerfs` anything on the
+    /// host (before, the store held its uid and gid, 994 and 993 here).
+    @Test func anACLTheProgramSetsNamesTheOwnerInTheStore() throws {
+        let container = try MountedContainer()
+        let script = #"""
+            import os, struct
+            p = "Documents/shared"
+            open(p, "w").write("x")
+            def entries(v): return [struct.unpack_from("<HHI", v, 4 + 8 * k) for k in range((len(v) - 4) // 8)]
+            none = 0xFFFFFFFF
+            acl = [(1, 6, none), (2, 7, os.getuid()), (4, 4, none), (8, 5, os.getgid()), (0x10, 7, none), (0x20, 0, none)]
+            os.setxattr(p, "system.posix_acl_access", struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in acl))
+            print(entries(os.getxattr(p, "system.posix_acl_access")) == acl, os.getuid(), os.getgid())
+            """#
+        let result = try inside(container, "python3 -c '\(script.replacingOccurrences(of: "'", with: "'\\''"))'")
+        #expect(result.status == 0 && result.stdout == "True 501 501\n", "\(result)")
+        var value = [UInt8](repeating: 0, count: 256)
+        let count = getxattr(container.stored("Documents/shared"), "system.posix_acl_access", &value, value.count)
+        try #require(count == 4 + 6 * 8, "the store's ACL: \(count)")
+        let named = stride(from: 4, to: count, by: 8).compactMap { offset -> (UInt16, UInt32)? in
+            let tag = UInt16(value[offset]) | UInt16(value[offset + 1]) << 8
+            let id = (0..<4).reduce(UInt32(0)) { $0 | UInt32(value[offset + 4 + $1]) << (8 * $1) }
+            return tag == 0x02 || tag == 0x08 ? (tag, id) : nil
+        }
+        var store = stat()
+        #expect(stat(container.store, &store) == 0)
+        #expect(named.map(\.0) == [0x02, 0x08] && named.map(\.1) == [store.st_uid, store.st_gid], "the store's named entries: \(named)")
+        try expectCleanedUp(container)
+    }
+
     /// A program root runs makes files owned by root in the store, which sits on an ordinary
     /// file system: none may be set-user-ID or set-group-ID, however it tries.
     @Test(arguments: runners)
