@@ -30,7 +30,7 @@ let package = Package(
         .target(name: "ContainerPolicy"),
         // The durability model of a power-loss mount: what each operation makes durable,
         // what a change overwrites, a power cut's report. Pure: no FUSE, no I/O.
-        .target(name: "ContainerDurability"),
+        .target(name: "ContainerDurability", dependencies: ["ContainerPolicy"]),
         // The store on disk: opening and creating it, its state folder and locks, the audit
         // log, errors, and delivery into its Inbox.
         .target(name: "ContainerStore", dependencies: ["ContainerPolicy", "CLinux"]),

@@ -61,7 +61,7 @@ public enum Backup {
         do {
             (partial, fd) = try StagingName.createHeld(in: parentFD, beside: leaf, "partial", folder: false, mode: 0o600)
         } catch {
-            throw UserError("cannot write \(archivePath): \(error)")
+            throw UserError.failed("cannot write \(archivePath)", error)
         }
         var done = false
         defer {
@@ -80,7 +80,7 @@ public enum Backup {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot write \(archivePath): \(error)")
+            throw UserError.failed("cannot write \(archivePath)", error)
         }
         var info = stat()
         if fstat(fd, &info) == 0 { summary.archiveBytes = Int64(info.st_size) }

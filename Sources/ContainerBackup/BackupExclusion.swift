@@ -31,9 +31,12 @@ public enum BackupExclusion {
     /// so a file an app named with bytes that are not UTF-8 can be named.
     public static func set(_ excluded: Bool, rawPaths: [[UInt8]]) throws(UserError) -> [String] {
         var notes: [String] = []
-        // Every path found before any is changed: a bad one leaves the store as it was (SPEC §9).
+        // Every path found, and its change allowed, before any is changed: a bad one leaves
+        // the store as it was (SPEC §9), also when the mount's rules or the permissions
+        // refuse it (EACCES, EPERM) rather than it being missing.
         var targets: [ExclusionTarget] = []
         for rawPath in rawPaths { targets.append(try ExclusionTarget.resolve(rawPath)) }
+        for target in targets { try target.checkChangeable() }
         for target in targets {
             try target.set(excluded)
             if !excluded, let folder = target.excludedAncestor() {
@@ -138,16 +141,40 @@ struct ExclusionTarget {
                 }
             }
         } catch {
-            switch error.code {
-            case EPERM where isSymlink:
-                throw UserError("\(path) is a symlink, which cannot carry the attribute on Linux: exclude the folder holding it or its target")
-            case EPERM, EACCES:
-                throw UserError("cannot change \(path): \(error) (the container's rules, or this user's permissions, do not allow it)")
-            case ENOTSUP:
-                throw UserError("cannot change \(path): its filesystem does not support user extended attributes")
-            default:
-                throw UserError("cannot change \(path): \(error)")
+            throw refusal(error, changed: "")
+        }
+    }
+
+    /// Refuses, changing nothing, a path whose attribute could not be changed: asks with a
+    /// `setxattr` that can only fail, `XATTR_CREATE` while the attribute is there (`EEXIST`)
+    /// and `XATTR_REPLACE` while it is not (`ENODATA`). The kernel's permission checks and,
+    /// through a mount, the container's rules answer before that (`EACCES`, `EPERM`), as
+    /// they would the real change: so `exclude A B` with B in the Inbox changes neither.
+    func checkChangeable() throws(UserError) {
+        do {
+            try withNode { (procPath) throws(Errno) in
+                let present = lgetxattr(procPath, BackupExclusion.attributeName, nil, 0) >= 0
+                if !present, errno != ENODATA { throw Errno.current }
+                let probe = lsetxattr(procPath, BackupExclusion.attributeName, "1", 1, present ? Int32(XATTR_CREATE) : Int32(XATTR_REPLACE))
+                // Success: the attribute came or went meanwhile; the change itself follows.
+                if probe != 0, errno != EEXIST, errno != ENODATA { throw Errno.current }
             }
+        } catch {
+            throw refusal(error, changed: "; nothing was changed")
+        }
+    }
+
+    /// The one line for a change refused with `error`; `changed` says what that left.
+    private func refusal(_ error: Errno, changed: String) -> UserError {
+        switch error.code {
+        case EPERM where isSymlink:
+            return UserError("\(path) is a symlink, which cannot carry the attribute on Linux: exclude the folder holding it or its target\(changed)")
+        case EPERM, EACCES:
+            return UserError("cannot change \(path): \(error) (the container's rules, or this user's permissions, do not allow it)\(changed): leave it out, or name a file or folder the app may change")
+        case ENOTSUP:
+            return UserError("cannot change \(path): its filesystem does not support user extended attributes\(changed)")
+        default:
+            return UserError("cannot change \(path): \(error)\(changed)")
         }
     }
 

@@ -40,7 +40,7 @@ public enum Restore {
                                progress: ((Int64, Int64) -> Void)? = nil,
                                admit: Admit? = nil) throws(UserError) -> RestoreSummary {
         let fd = Glibc.open(archivePath, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw UserError("cannot read archive \(archivePath): \(Errno.current)") }
+        guard fd >= 0 else { throw UserError.failed("cannot read archive \(archivePath)", Errno.current) }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {

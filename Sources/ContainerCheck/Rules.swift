@@ -105,7 +105,7 @@ enum Rules {
             return Verdict(state: .kept, summary: "no backed-up file over \(humanBytes(settings.largeFile)), no cache outside Library/Caches")
         }
         return Verdict(
-            state: .broken, summary: "\(findings.count) large or cache item\(plural(findings.count)) backed up", findings: findings)
+            state: .broken, summary: "\(counted(findings.count, "large or cache item")) backed up", findings: findings)
     }
 
     /// The topmost folder of `path` (itself included when it is a folder) whose name is a
@@ -149,7 +149,7 @@ enum Rules {
         }
         guard !findings.isEmpty else { return Verdict(state: .kept, summary: "only user content in Documents") }
         return Verdict(
-            state: .broken, summary: "\(findings.count) item\(plural(findings.count)) in Documents the user should not see",
+            state: .broken, summary: "\(counted(findings.count, "item")) in Documents the user should not see",
             findings: findings)
     }
 
@@ -180,7 +180,7 @@ enum Rules {
         // Held at Int64.max: sparse files can claim more than that between them.
         let bytes = files.reduce(Int64(0)) { $0.addingSaturated($1.bytes) }
         return Verdict(
-            state: .broken, summary: "\(files.count) file\(plural(files.count)) (\(humanBytes(bytes))) left in tmp/ at exit",
+            state: .broken, summary: "\(counted(files.count, "file")) (\(humanBytes(bytes))) left in tmp/ at exit",
             findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "left in tmp/") })
     }
 
@@ -190,7 +190,7 @@ enum Rules {
         let files = facts.inboxFiles
         guard !files.isEmpty else { return Verdict(state: .kept, summary: "Documents/Inbox empty") }
         return Verdict(
-            state: .broken, summary: "\(files.count) file\(plural(files.count)) left in Documents/Inbox",
+            state: .broken, summary: "\(counted(files.count, "file")) left in Documents/Inbox",
             findings: files.map { CheckFinding(path: $0.path.description, bytes: $0.bytes, note: "not moved out or deleted") })
     }
 
@@ -201,7 +201,7 @@ enum Rules {
         let findings = facts.denials.map { CheckFinding(path: AuditRecord.printable($0.paths.first ?? ""), bytes: nil, note: $0.textLine) }
         // Oldest first, as the log has them: a denial's story reads in time order.
         return Verdict(
-            state: .broken, summary: "\(findings.count) operation\(plural(findings.count)) denied", findings: findings, inOrder: true)
+            state: .broken, summary: "\(counted(findings.count, "operation")) denied", findings: findings, inOrder: true)
     }
 
     // MARK: 7. Cache dependence
@@ -212,7 +212,7 @@ enum Rules {
         }
         let failed = facts.launches.filter { $0.number > 1 && $0.status.map { $0 != 0 } ?? false }
         guard let first = failed.first else {
-            return Verdict(state: .kept, summary: "all \(facts.launches.count) launches exited 0 with purges between them")
+            return Verdict(state: .kept, summary: "all \(counted(facts.launches.count, "launch", "launches")) exited 0 with purges between them")
         }
         let replay = facts.replay.map { "; replay with \($0)" } ?? ""
         let findings = failed.map { launch in
@@ -229,7 +229,6 @@ enum Rules {
         name.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }
     }
 
-    static func plural(_ count: Int) -> String { count == 1 ? "" : "s" }
 }
 
 extension Array where Element == UInt8 {

@@ -1,3 +1,5 @@
+import ContainerPolicy
+
 /// The durability model of a `power-loss` mount (docs/power-loss.md): which operation
 /// makes what durable, which bytes of a file's durable content a change overwrites, and
 /// the report of a power cut. Pure: no FUSE, no I/O.
@@ -181,10 +183,10 @@ public struct PowerCutReport: Codable, Equatable, Sendable {
     /// `dropped 2 files (8192 bytes), 3 names` (a part that is 0 left out), or `nothing to drop`.
     public var summary: String {
         var parts: [String] = []
-        if files > 0 { parts.append("\(files) file\(files == 1 ? "" : "s") (\(bytes) byte\(bytes == 1 ? "" : "s"))") }
-        if names > 0 { parts.append("\(names) name\(names == 1 ? "" : "s")") }
+        if files > 0 { parts.append("\(counted(files, "file")) (\(counted(bytes, "byte")))") }
+        if names > 0 { parts.append(counted(names, "name")) }
         var text = parts.isEmpty ? "nothing to drop" : "dropped " + parts.joined(separator: ", ")
-        if untracked > 0 { text += "; \(untracked) change\(untracked == 1 ? "" : "s") could not be undone and stayed" }
+        if untracked > 0 { text += "; \(counted(untracked, "change")) could not be undone and stayed" }
         return text
     }
 

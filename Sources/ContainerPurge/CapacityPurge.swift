@@ -15,6 +15,9 @@ public enum LowStorage {
         public var freeAfter: Int64
         /// The entries of `tmp/` removed (0: tmp was not touched).
         public var temporaryEntries = 0
+        /// What emptying `tmp/` freed, as purge counts bytes: the sizes of its regular
+        /// files whose last name went (a file also linked elsewhere frees nothing).
+        public var temporaryFreedBytes: Int64 = 0
         /// The cache purge, if caches had to go.
         public var caches: Purge.Report?
         /// Whether anything was deleted.
@@ -74,7 +77,7 @@ public enum LowStorage {
             bytes = size
         }
         if let capacity, bytes > capacity {
-            throw UserError.usage("\(option) \(text) is more than the capacity of \(store.path) (\(capacity) bytes): nothing could free that much")
+            throw UserError.usage("\(option) \(text) is more than the capacity of \(store.path) (\(counted(capacity, "byte"))): nothing could free that much")
         }
         return bytes
     }
@@ -90,7 +93,9 @@ public enum LowStorage {
             throw UserError("\(store.path) is in use (pid \(holder.pid)): a running container's caches are never purged")
         }
         if kinds.contains(.temporary) {
+            let before = TemporaryFiles(store)
             report.temporaryEntries = Purge.emptyTemporary(store).removed
+            report.temporaryFreedBytes = before.freedBytes(leaving: TemporaryFiles(store))
             report.freeAfter = freeBytes(store)
         }
         if report.freeAfter < wanted, kinds.contains(.cache) {
@@ -101,6 +106,29 @@ public enum LowStorage {
             report.freeAfter = freeBytes(store)
         }
         return report
+    }
+}
+
+/// The regular files below a store's `tmp/`, by inode, to count what emptying it freed.
+struct TemporaryFiles {
+    /// Size, names in the store, names below `tmp/`.
+    private var files: [UInt64: (size: Int64, links: UInt, names: UInt)] = [:]
+
+    init(_ store: Store) {
+        guard let fd = try? openDirectory(at: store.rootFD, StandardDirectory.tmp.path.bytes) else { return }
+        defer { close(fd) }
+        Capacity.forEachNode(below: fd, skippingState: false) { _, _, info in
+            guard info.st_mode & S_IFMT == S_IFREG else { return }
+            let seen = files[UInt64(info.st_ino)]?.names ?? 0
+            files[UInt64(info.st_ino)] = (Int64(info.st_size), UInt(info.st_nlink), seen + 1)
+        }
+    }
+
+    /// The sizes of the files here with every name below `tmp/` that `after` no longer holds.
+    func freedBytes(leaving after: TemporaryFiles) -> Int64 {
+        files.reduce(Int64(0)) { total, file in
+            file.value.names >= file.value.links && after.files[file.key] == nil ? total.addingSaturated(file.value.size) : total
+        }
     }
 }
 

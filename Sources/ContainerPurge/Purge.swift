@@ -73,6 +73,9 @@ public enum Purge {
         public var walked: [Int] = []
         /// Mounted stores whose daemon could not be told of the deletions.
         public var notInvalidated: [(store: Int, message: String)] = []
+
+        /// Nothing purged yet.
+        public init() {}
     }
 
     /// Purges `stores` (which must be on one device) as `options` say.
@@ -222,7 +225,7 @@ public enum Purge {
         var duplicates = Set<Int>()
         for (number, store) in stores.enumerated() {
             var info = stat()
-            guard fstat(store.rootFD, &info) == 0 else { throw UserError("cannot read store \(store.path): \(Errno.current)") }
+            guard fstat(store.rootFD, &info) == 0 else { throw UserError.failed("cannot read store \(store.path)", Errno.current) }
             if let first, first.device != UInt64(info.st_dev) {
                 throw UserError.usage("stores \(first.path) and \(store.path) are on different devices: purge each device's stores separately")
             }

@@ -67,9 +67,16 @@ public final class GroupMount {
         }
         let mutex = try lockFile(group, mountLockName)
         defer { close(mutex) }
-        flockRetrying(mutex, LOCK_EX)
+        // Bounded: a run stopped while it mounts or leaves the group must not hold every
+        // other member's run forever.
+        try LockWait.take(mutex, LOCK_EX, "the lock on \(group.statePath)/\(String(decoding: mountLockName, as: UTF8.self)) (one member's run mounting or leaving the group at a time)")
         let users = try lockFile(group, usersLockName)
-        flockRetrying(users, LOCK_SH)
+        do throws(UserError) {
+            try LockWait.take(users, LOCK_SH, "the lock on \(group.statePath)/\(String(decoding: usersLockName, as: UTF8.self)) (the runs using the group)")
+        } catch {
+            close(users)
+            throw error
+        }
         if let holder = MountLock.holder(group) {
             // The record is the group owner's to write: joined only if it is a group folder
             // of ours with this group mounted there, or a planted path (a symlink to another
@@ -118,7 +125,13 @@ public final class GroupMount {
             return
         }
         defer { close(mutex) }
-        Self.flockRetrying(mutex, LOCK_EX)
+        guard LockWait.attempt(mutex, LOCK_EX, within: LockWait.patience) else {
+            // Leaving without the mutex: never unmounting what another run may be joining.
+            close(users)
+            let held = LockWait.heldMessage("the lock on \(store.statePath)/\(String(decoding: Self.mountLockName, as: UTF8.self))", waited: LockWait.patience, holder: LockWait.holder(of: mutex))
+            FileHandleOutput.standardError.write("containerfs: note: \(held); if this run was the group's last user, it stays mounted at \(mountpoint): unmount it with 'containerfs unmount \(mountpoint)'\n")
+            return
+        }
         flock(users, LOCK_UN)
         let last = flock(users, LOCK_EX | LOCK_NB) == 0
         close(users)
@@ -148,7 +161,4 @@ public final class GroupMount {
         return fd
     }
 
-    static func flockRetrying(_ fd: Int32, _ operation: Int32) {
-        while flock(fd, operation) != 0, errno == EINTR {}
-    }
 }

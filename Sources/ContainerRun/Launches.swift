@@ -1,4 +1,5 @@
 import ContainerDurability
+import ContainerPolicy
 import ContainerPurge
 import ContainerStore
 import Foundation
@@ -239,7 +240,7 @@ extension Run {
         // The user can edit Documents/ only of an app that shares it: refused before any launch.
         if launches.shareEdits { try FileSharing.requireEnabled(opened) }
         let ending = launches.event.map { ", \($0.kind == .powerCut ? "a power cut" : "a kill") in each launch but the last" } ?? ""
-        say("\(launches.count) launches, purging \(launches.purge.rawValue)\(launches.shareEdits ? " and the user editing Documents/" : "") between them\(ending), seed \(launches.seed)")
+        say("\(counted(launches.count, "launch", "launches")), purging \(launches.purge.rawValue)\(launches.shareEdits ? " and the user editing Documents/" : "") between them\(ending), seed \(launches.seed)")
         var generator = SplitMix64(seed: launches.seed)
         var purged: String?
         var report = LaunchesReport(seed: launches.seed, replay: replay)
@@ -297,7 +298,7 @@ extension Run {
             purged = line
             say("before launch \(number + 1): \(line)")
         }
-        say("all \(launches.count) launches exited 0\(launches.event == nil ? "" : " or ended as chosen") (seed \(launches.seed))")
+        say("all \(counted(launches.count, "launch", "launches")) exited 0\(launches.event == nil ? "" : " or ended as chosen") (seed \(launches.seed))")
         return 0
     }
 
@@ -314,7 +315,9 @@ extension Run {
         case .random: chosen = Launches.randomChoice(of: caches.count, using: &generator).map { caches[$0] }
         }
         // The walks before and after only when something goes.
-        let settle = chosen.isEmpty ? {} : DeviceCapacity.markChanges(storePaths: [store.path])
+        // A device ledger another process keeps locked: the purge still happens (the app is
+        // not running), its bytes recounted by the device's next first mount.
+        let settle = chosen.isEmpty ? {} : (try? DeviceCapacity.markChanges(storePaths: [store.path])) ?? {}
         defer { settle() }
         let removed = Purge.remove(chosen, from: store)
         let kept = caches.count - removed.files
@@ -322,9 +325,9 @@ extension Run {
             removed.files == 0
             ? "caches kept"
             : removed.files == caches.count
-                ? "all \(caches.count) cache file\(caches.count == 1 ? "" : "s") purged"
+                ? "all \(counted(caches.count, "cache file")) purged"
                 : "\(removed.files) of \(caches.count) cache files purged"
-        return "tmp/ emptied; \(what) (\(removed.bytes) bytes freed, \(kept) file\(kept == 1 ? "" : "s") kept)"
+        return "tmp/ emptied; \(what) (\(counted(removed.bytes, "byte")) freed, \(counted(kept, "file")) kept)"
     }
 
     /// Makes the user's edits before `launch` (the app is not running: nothing is mounted)
@@ -350,7 +353,7 @@ extension Run {
                     _ = try? ControlChannel.invalidate(store, [added])
                     return "added \(added)"
                 case .rename(let from, let to):
-                    let settle = DeviceCapacity.markChanges(storePaths: [store.path])
+                    let settle = try DeviceCapacity.markChanges(storePaths: [store.path])
                     defer { settle() }
                     let paths = try FileSharing.move(from, to: to, in: store)
                     _ = try? ControlChannel.invalidate(store, paths)
@@ -363,7 +366,7 @@ extension Run {
                     _ = try? ControlChannel.invalidate(store, [replaced])
                     return "replaced \(replaced)"
                 case .delete(let path):
-                    let settle = DeviceCapacity.markChanges(storePaths: [store.path])
+                    let settle = try DeviceCapacity.markChanges(storePaths: [store.path])
                     defer { settle() }
                     let deleted = try FileSharing.remove(path, from: store)
                     _ = try? ControlChannel.invalidate(store, [deleted])

@@ -125,7 +125,10 @@ public enum MountDaemon {
         var exitStatus: Int32 = 0
         while waitpid(pid, &exitStatus, 0) < 0, errno == EINTR {}
         if text.hasPrefix("error: ") {
-            throw UserError(String(text.dropFirst(7)).trimmingCharacters(in: .newlines))
+            // The daemon's own exit status says which error it was: a misuse (64), a lock
+            // held too long (75, try again), or anything else (1).
+            let exited = exitStatus & 0x7f == 0, code = (exitStatus >> 8) & 0xff
+            throw UserError(String(text.dropFirst(7)).trimmingCharacters(in: .newlines), exitCode: exited && (code == 64 || code == LockWait.exitCode) ? code : 1)
         }
         throw UserError("the daemon exited before the mount was ready (status \(exitStatus)): run 'containerfs mount -f -o debug' to see why")
     }

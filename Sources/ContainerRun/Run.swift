@@ -359,7 +359,7 @@ public struct Run {
         // with another mount of the store, whose app is running.
         if daemon != nil {
             let left = Purge.emptyTemporary(store).left
-            if left > 0 { warn("\(left) entries of \(store.path)/tmp could not be deleted: delete them by hand") }
+            if left > 0 { warn("\(counted(left, "entry", "entries")) of \(store.path)/tmp could not be deleted: delete them by hand") }
         }
         Self.removeMountpoint(mountpoint)
         let denials = AuditLog.read(stateFD: store.stateFD).filter { $0.time >= AuditLog.recordTime(since) && !$0.isGrant }
@@ -367,7 +367,7 @@ public struct Run {
             let denied = denials.count
             let protected = denials.count { $0.rule == Denial.protectedDataUnavailable.rawValue }
             let note = protected > 0 ? " (\(protected) protected data unavailable while locked)" : ""
-            FileHandleOutput.standardError.write("\(denied) operation\(denied == 1 ? "" : "s") denied\(note): see containerfs audit \(self.store)\n")
+            FileHandleOutput.standardError.write("\(counted(denied, "operation")) denied\(note): see containerfs audit \(self.store)\n")
         }
     }
 

@@ -203,7 +203,7 @@ public struct BundleChange: Equatable, Sendable {
             case .type: "type changed \(expected!.kind) -> \(found!.kind)"
             case .linkTarget:
                 "link target changed \"\(ContainerPath.printable(expected!.target))\" -> \"\(ContainerPath.printable(found!.target))\""
-            case .hardLink: "has \(found!.links) names (a hard link elsewhere could change it)"
+            case .hardLink: "has \(counted(found!.links, "name")) (a hard link elsewhere could change it)"
             }
         }
         return "\(path): " + details.joined(separator: ", ")

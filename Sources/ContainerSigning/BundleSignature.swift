@@ -177,7 +177,7 @@ public struct BundleVerification: Sendable {
         guard !changes.isEmpty else { return nil }
         let what: String
         if listed {
-            what = "\(changes.count) \(changes.count == 1 ? "entry" : "entries") (listed above)"
+            what = "\(counted(changes.count, "entry", "entries")) (listed above)"
         } else {
             let shown = changes.prefix(3).map(\.summary).joined(separator: ", ")
             what = shown + (changes.count > 3 ? " and \(changes.count - 3) more" : "")

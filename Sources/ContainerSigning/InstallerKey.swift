@@ -123,12 +123,12 @@ public struct InstallerKey: Sendable {
         let synced = fsync(fd) == 0
         close(fd)
         guard written == bytes.count, synced else {
-            throw UserError("cannot write the installer key \(location.file): \(Errno.current)")
+            throw UserError.failed("cannot write the installer key \(location.file)", Errno.current)
         }
         if link(staging, location.file) != 0 {
             let error = Errno.current
             guard error.code == EEXIST, let key = try read(location.file) else {
-                throw UserError("cannot make the installer key \(location.file): \(error)")
+                throw UserError.failed("cannot make the installer key \(location.file)", error)
             }
             return key
         }
@@ -143,7 +143,7 @@ public struct InstallerKey: Sendable {
         let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
-            throw UserError("cannot read the installer key \(path): \(Errno.current)")
+            throw UserError.failed("cannot read the installer key \(path)", Errno.current)
         }
         defer { close(fd) }
         var info = stat()

@@ -42,7 +42,7 @@ extension Store {
             }
         } catch {
             removeTree(at: parentFD, staging)
-            throw UserError("cannot create \(path): \(error)")
+            throw UserError.failed("cannot create \(path)", error)
         }
         return try open(path)
     }
@@ -131,7 +131,7 @@ extension Store {
         let path = groupPath(identifier)
         guard AppGroup.problem(with: identifier) == nil else { throw UserError("\(path): \(identifier) is not a group identifier") }
         let parentFD = withCName(Array("..".utf8)) { openat(rootFD, $0, clinux_O_PATH | O_DIRECTORY | O_CLOEXEC) }
-        guard parentFD >= 0 else { throw UserError("cannot open the device folder of \(self.path): \(Errno.current)") }
+        guard parentFD >= 0 else { throw UserError.failed("cannot open the device folder of \(self.path)", Errno.current) }
         defer { close(parentFD) }
         var info = stat()
         guard withCName(Array(identifier.utf8), { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {

@@ -45,19 +45,30 @@ public enum BundleSwitch {
     public final class Lock: @unchecked Sendable {
         let fd: Int32
 
-        /// Takes the lock, waiting for a holder when `wait`; nil when it is held and not `wait`.
+        /// Takes the lock, waiting for a holder up to `LockWait.patience` when `wait`; nil
+        /// when it is held (`held` then says so, naming the holder).
         init?(stateFD: Int32, wait: Bool) throws(Errno) {
             let fd = try withCName(lockName) { (name) throws(Errno) in
                 try sys { openat(stateFD, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
             }
             ownedLikeTheFolder(fd, stateFD)
-            while flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0 {
-                if errno == EINTR { continue }
+            guard LockWait.attempt(fd, LOCK_EX, within: wait ? LockWait.patience : 0) else {
+                let error = errno
                 close(fd)
-                if errno == EWOULDBLOCK { return nil }
-                throw Errno.current
+                if error == EWOULDBLOCK { return nil }
+                throw Errno(error)
             }
             self.fd = fd
+        }
+
+        /// The line of a command that waited `LockWait.patience` for the lock of the store
+        /// whose state folder is `stateFD` (at `statePath`), naming who holds it.
+        static func held(stateFD: Int32, statePath: String) -> UserError {
+            let fd = withCName(lockName) { openat(stateFD, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+            defer { if fd >= 0 { close(fd) } }
+            let holder = fd >= 0 ? LockWait.holder(of: fd) : nil
+            return UserError(LockWait.heldMessage("the lock on \(statePath)/update.lock (an update or offload of the app, which every command lets finish first)",
+                                                  waited: LockWait.patience, holder: holder), exitCode: LockWait.exitCode)
         }
 
         /// Takes the lock of `store`, or fails saying that another update or offload runs.
@@ -142,7 +153,11 @@ public enum BundleSwitch {
         guard journaled || offloadUnfinished || !working.isEmpty else { return }
         // A live update or offload holds the lock until it is done: wait only for a switch
         // that is committed or half done; a leftover folder can wait for the next open.
-        guard let lock = try Lock(stateFD: stateFD, wait: journaled || offloadUnfinished) else { return }
+        guard let lock = try Lock(stateFD: stateFD, wait: journaled || offloadUnfinished) else {
+            // Waited `LockWait.patience` for a live update or offload, or a stopped one.
+            guard journaled || offloadUnfinished else { return }
+            throw Errno(EWOULDBLOCK)
+        }
         try rollForward(rootFD: rootFD, stateFD: stateFD)
         try OffloadRecord.finish(rootFD: rootFD, stateFD: stateFD)
         for entry in (try Directory.entries(of: stateFD)) where entry.name.starts(with: workingPrefix) {

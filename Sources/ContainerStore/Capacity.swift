@@ -151,7 +151,7 @@ public enum Capacity {
         let after = used.addingSaturating(-removing).addingSaturating(adding)
         guard after > capacity, adding > removing else { return }
         throw UserError(
-            "cannot \(what): it needs \(adding) bytes and the container has \(max(0, capacity - used.addingSaturating(-removing))) free of its capacity of \(capacity) bytes; nothing was changed: free space in it, or raise the capacity with 'containerfs capacity \(store.path) SIZE'")
+            "cannot \(what): it needs \(counted(adding, "byte")) and the container has \(max(0, capacity - used.addingSaturating(-removing))) free of its capacity of \(counted(capacity, "byte")); nothing was changed: free space in it, or raise the capacity with 'containerfs capacity \(store.path) SIZE'")
     }
 
     // MARK: The summary of a clean unmount

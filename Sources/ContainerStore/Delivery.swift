@@ -6,6 +6,12 @@ import Glibc
 public enum Delivery {
     static let stagingName = Array(name: "incoming")
 
+    /// The staging folder's lock, for the line of a command that waited for it: one
+    /// delivery, `share put` or user edit into the container at a time.
+    static func stagingDescription(_ store: Store) -> String {
+        "the lock on \(store.statePath)/incoming (one delivery or file-sharing change at a time)"
+    }
+
     /// Copies the file or folder at `source` into the Inbox as `name` (or the next free
     /// `name-1.ext`, `name-2.ext`…), never overwriting, and returns the name used.
     ///
@@ -38,7 +44,7 @@ public enum Delivery {
             }
             defer { close(lock) }  // and the lock with it
             do {
-                try sys { flock(lock, LOCK_EX) }
+                try LockWait.take(lock, LOCK_EX, stagingDescription(store))
                 let bytes = Capacity.treeBytes(at: staging, temporary)
                 try Capacity.checkFits(store, adding: bytes, "deliver \(shown) into \(store.path)")
                 try device?.admit(bytes, "deliver \(shown) into \(store.path)", need: "the delivery adds")
@@ -65,7 +71,7 @@ public enum Delivery {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot deliver \(shown) into \(store.path): \(error)")
+            throw UserError.failed("cannot deliver \(shown) into \(store.path)", error)
         }
     }
 
@@ -91,7 +97,7 @@ public enum Delivery {
     public static func checkFits(_ sources: [[UInt8]], into store: Store, device: DeviceInstall? = nil) throws(UserError) {
         guard sources.count > 1 else { return }
         let bytes = sources.reduce(Int64(0)) { $0.addingSaturating(Capacity.treeBytes(at: AT_FDCWD, $1)) }
-        let what = "deliver \(sources.count) files into \(store.path)"
+        let what = "deliver \(counted(sources.count, "file")) into \(store.path)"
         try Capacity.checkFits(store, adding: bytes, what)
         try device?.check(bytes, what, need: "the delivery adds")
     }

@@ -29,7 +29,7 @@ public enum Device {
             return stores
         }
         let folderFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard folderFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        guard folderFD >= 0 else { throw UserError.failed("cannot open the device folder \(path)", Errno.current) }
         defer { close(folderFD) }
         let names = ((try? Directory.entries(of: folderFD)) ?? []).map(\.name)
             .filter { $0.first != UInt8(ascii: ".") }

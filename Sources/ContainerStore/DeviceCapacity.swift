@@ -1,4 +1,5 @@
 import CLinux
+import ContainerPolicy
 import Foundation
 import Glibc
 import Synchronization
@@ -67,7 +68,7 @@ public enum DeviceCapacity {
     /// it found at mount.
     public static func write(devicePath path: String, _ bytes: Int64?) throws(UserError) {
         let deviceFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard deviceFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        guard deviceFD >= 0 else { throw UserError.failed("cannot open the device folder \(path)", Errno.current) }
         defer { close(deviceFD) }
         guard let state = try stateFolder(deviceFD, creating: bytes != nil) else { return }
         defer { close(state) }
@@ -102,13 +103,13 @@ public enum DeviceCapacity {
     /// (a device whose last group was removed would count as empty, and take any install).
     public static func usedBytes(devicePath path: String) throws(UserError) -> Int64 {
         let folderFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard folderFD >= 0 else { throw UserError("cannot open the device folder \(path): \(Errno.current)") }
+        guard folderFD >= 0 else { throw UserError.failed("cannot open the device folder \(path)", Errno.current) }
         defer { close(folderFD) }
         let base = path.hasSuffix("/") ? path : path + "/"
         // Hidden names are not containers: the state folder, and containers being built aside.
         let names: [[UInt8]]
         do { names = try Directory.entries(of: folderFD).map(\.name).filter { $0.first != UInt8(ascii: ".") } } catch {
-            throw UserError("cannot read the device folder \(path): \(error)")
+            throw UserError.failed("cannot read the device folder \(path)", error)
         }
         return names.reduce(Int64(0)) { total, name in
             guard let store = try? Store.open(at: folderFD, name, path: base + String(decoding: name, as: UTF8.self), changing: false) else { return total }
@@ -117,8 +118,9 @@ public enum DeviceCapacity {
     }
 
     /// The device's count as its daemons keep it (the ledger), and whether a daemon is
-    /// attached now; nil when the device has no ledger yet.
-    public static func ledger(devicePath path: String) -> (used: Int64, attached: Bool)? {
+    /// attached now; nil when the device has no ledger yet. Refused, with one line naming
+    /// the holder, when another process keeps the ledger locked past `LockWait.patience`.
+    public static func ledger(devicePath path: String) throws(UserError) -> (used: Int64, attached: Bool)? {
         let deviceFD = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard deviceFD >= 0 else { return nil }
         defer { close(deviceFD) }
@@ -127,7 +129,7 @@ public enum DeviceCapacity {
         // A FIFO in its place must not block the command or a daemon: never opened.
         guard let fd = try? openRegularFile(at: state, ledgerName) else { return nil }
         defer { close(fd) }
-        while flock(fd, LOCK_SH) != 0, errno == EINTR {}
+        try LockWait.take(fd, LOCK_SH, ledgerDescription(path))
         var bytes = [UInt8](repeating: 0, count: 8)
         guard bytes.withUnsafeMutableBytes({ pread(fd, $0.baseAddress, 8, 0) }) == 8 else { return nil }
         flock(fd, LOCK_UN)
@@ -149,9 +151,9 @@ public enum DeviceCapacity {
     }
 
     /// Marks `store` (not mounted) before a command changes it.
-    public static func markChange(_ store: Store) -> ChangeMark? {
+    public static func markChange(_ store: Store) throws(UserError) -> ChangeMark? {
         let path = Directory.holding(store.resolvedPath)
-        guard read(devicePath: path) != nil, ledger(devicePath: path)?.attached == true else { return nil }
+        guard read(devicePath: path) != nil, try ledger(devicePath: path)?.attached == true else { return nil }
         return ChangeMark(devicePath: path, before: Capacity.usedBytes(rootFD: store.rootFD))
     }
 
@@ -173,7 +175,16 @@ public enum DeviceCapacity {
         guard fd >= 0 else { return }
         defer { close(fd) }
         guard isOwnFile(fd) else { return }
-        _ = DeviceLedger.change(fd) { max(0, $0.addingSaturated(change)) }
+        // The change is made: only a note when the ledger stays locked, not a failure.
+        if DeviceLedger.change(fd, within: LockWait.patience, { max(0, $0.addingSaturated(change)) }) == nil {
+            let held = LockWait.heldMessage(ledgerDescription(devicePath), waited: LockWait.patience, holder: LockWait.holder(of: fd))
+            FileHandleOutput.standardError.write("containerfs: note: \(held); the device's live count misses this change (\(counted(change, "byte"))) until none of its containers is mounted\n")
+        }
+    }
+
+    /// The ledger of the device folder at `path`, for the line of a command that waited for it.
+    static func ledgerDescription(_ path: String) -> String {
+        "the device's ledger \(path)/.containerfs-device/ledger"
     }
 
     /// As `markChange(_:)`, for a command that makes, replaces or changes the store at
@@ -181,13 +192,13 @@ public enum DeviceCapacity {
     /// mounted (its daemon counts its own changes) or its device keeps no live count. The
     /// mount lock held by this very process is no daemon's: `update` holds it to keep
     /// mounts out while it changes the store, and counts what it changed itself.
-    public static func markChange(storePath path: String) -> ChangeMark? {
+    public static func markChange(storePath path: String) throws(UserError) -> ChangeMark? {
         if let store = try? Store.open(path, changing: false) {
             let mounted = MountLock.holder(store).map { $0.pid != getpid() } ?? false
-            return mounted ? nil : markChange(store)
+            return mounted ? nil : try markChange(store)
         }
         let device = Directory.holding(path)
-        guard read(devicePath: device) != nil, ledger(devicePath: device)?.attached == true else { return nil }
+        guard read(devicePath: device) != nil, try ledger(devicePath: device)?.attached == true else { return nil }
         return ChangeMark(devicePath: device, before: 0)
     }
 
@@ -204,8 +215,9 @@ public enum DeviceCapacity {
     /// is left to its daemon. For changes that add nothing to admit (`offload`, `share rm`
     /// and `mv`, the user's deletions and renames of `run --share-edits`); what adds goes
     /// through `DeviceInstall`.
-    public static func markChanges(storePaths paths: [String]) -> () -> Void {
-        let marks = paths.map { ($0, markChange(storePath: $0)) }
+    public static func markChanges(storePaths paths: [String]) throws(UserError) -> () -> Void {
+        var marks: [(String, ChangeMark?)] = []
+        for path in paths { marks.append((path, try markChange(storePath: path))) }
         return { for (path, mark) in marks { settleChange(mark, storePath: path) } }
     }
 
@@ -248,13 +260,26 @@ public final class DeviceLedger: Sendable {
     public let capacity: Int64
     private let ledger: Int32
     private let attached: Int32
-    /// The daemon's threads share one open file, which `flock` does not tell apart.
-    private let turn = Mutex<Void>(())
+    /// What a request may not wait for: the ledger's lock held by another process past
+    /// `LockWait.requestPatience` (a stopped command, a script holding the file).
+    private struct Stall {
+        /// Changes made while the ledger was held, given to it at the next change.
+        var pending: Int64 = 0
+        /// The count last read.
+        var lastSeen: Int64 = 0
+        /// Whether the last try timed out: the next ones do not wait again, until one succeeds.
+        var held = false
+    }
+    /// The daemon's threads share one open file, which `flock` does not tell apart: one
+    /// at a time, under this mutex, which also keeps the stall.
+    private let turn = Mutex<Stall>(Stall())
+    private let devicePath: String
 
-    private init(capacity: Int64, ledger: Int32, attached: Int32) {
+    private init(capacity: Int64, ledger: Int32, attached: Int32, devicePath: String) {
         self.capacity = capacity
         self.ledger = ledger
         self.attached = attached
+        self.devicePath = devicePath
     }
 
     deinit {
@@ -275,7 +300,7 @@ public final class DeviceLedger: Sendable {
         guard let capacity = DeviceCapacity.read(stateFD: state) else { return nil }
         let decide = try DeviceCapacity.openLock(state, DeviceCapacity.decideName)
         defer { close(decide) }
-        while flock(decide, LOCK_EX) != 0, errno == EINTR {}
+        try LockWait.take(decide, LOCK_EX, "the device's lock \(devicePath)/.containerfs-device/decide.lock (one mount or install deciding at a time)")
         let attached = try DeviceCapacity.openLock(state, DeviceCapacity.attachedName)
         let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard ledger >= 0 else {
@@ -288,23 +313,31 @@ public final class DeviceLedger: Sendable {
             throw DeviceCapacity.notOwnFile(DeviceCapacity.ledgerName)
         }
         DeviceCapacity.ownedLikeTheFolder(ledger, state)
-        let account = DeviceLedger(capacity: capacity, ledger: ledger, attached: attached)
+        let account = DeviceLedger(capacity: capacity, ledger: ledger, attached: attached, devicePath: devicePath)
         if flock(attached, LOCK_EX | LOCK_NB) == 0 {
             // No other daemon counts: the ledger may be stale; the stores say what is used.
             let used = (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
-            account.store(used)
+            // At mount, not in a request: a ledger held too long fails the mount, as a
+            // command's wait does, rather than leave the stale count.
+            guard change(ledger, within: LockWait.patience, { _ in used }) != nil else {
+                throw UserError(LockWait.heldMessage(DeviceCapacity.ledgerDescription(devicePath), waited: LockWait.patience, holder: LockWait.holder(of: ledger)),
+                                exitCode: LockWait.exitCode)
+            }
         }
-        while flock(attached, LOCK_SH) != 0, errno == EINTR {}
+        try LockWait.take(attached, LOCK_SH, "the device's lock \(devicePath)/.containerfs-device/attached.lock")
         return account
     }
 
-    /// The bytes the device's containers use, as the ledger says.
-    public var used: Int64 { changing { $0 } }
+    /// The bytes the device's containers use, as the ledger says (while another process
+    /// holds it: as it last said, with this daemon's changes since).
+    public var used: Int64 { changing { $0 } ?? turn.withLock { max(0, $0.lastSeen.addingSaturated($0.pending)) } }
 
     /// The bytes left on the device.
     public var free: Int64 { max(0, capacity.subtractingSaturated(used)) }
 
-    /// Reserves up to `wanted` bytes of the device's free space; returns how many it got.
+    /// Reserves up to `wanted` bytes of the device's free space; returns how many it got:
+    /// none while another process holds the ledger past a request's patience, so growth
+    /// fails with ENOSPC rather than wait, and the capacity is never passed.
     public func reserve(_ wanted: Int64) -> Int64 {
         guard wanted > 0 else { return 0 }
         var granted: Int64 = 0
@@ -315,27 +348,42 @@ public final class DeviceLedger: Sendable {
         return granted
     }
 
-    /// Adds `change` bytes (negative: freed) to the count, never below nothing.
+    /// Adds `change` bytes (negative: freed) to the count, never below nothing; kept for
+    /// the next change while another process holds the ledger.
     public func add(_ change: Int64) {
         guard change != 0 else { return }
-        _ = changing { max(0, $0.addingSaturated(change)) }
-    }
-
-    private func store(_ value: Int64) {
-        _ = changing { _ in value }
+        if changing({ max(0, $0.addingSaturated(change)) }) == nil {
+            turn.withLock { $0.pending = $0.pending.addingSaturated(change) }
+        }
     }
 
     /// Reads the count, writes back what `update` makes of it, all under the ledger's
-    /// lock; returns the new count. An unreadable ledger counts as empty.
+    /// lock; returns the new count, or nil when another process holds the lock past a
+    /// request's patience (then said once on stderr, and not waited for again until it
+    /// is free). An unreadable ledger counts as empty.
     @discardableResult
-    private func changing(_ update: (Int64) -> Int64) -> Int64 {
-        turn.withLock { _ in Self.change(ledger, update) }
+    private func changing(_ update: (Int64) -> Int64) -> Int64? {
+        turn.withLock { stall in
+            let patience = stall.held ? 0 : LockWait.requestPatience
+            let pending = stall.pending
+            guard let count = Self.change(ledger, within: patience, { update(max(0, $0.addingSaturated(pending))) }) else {
+                if !stall.held {
+                    let line = LockWait.heldMessage(DeviceCapacity.ledgerDescription(devicePath), waited: patience, holder: LockWait.holder(of: ledger))
+                    FileHandleOutput.standardError.write("containerfs: \(line); until then growth fails with ENOSPC\n")
+                }
+                stall.held = true
+                return nil
+            }
+            stall = Stall(pending: 0, lastSeen: count, held: false)
+            return count
+        }
     }
 
-    /// `changing` on the ledger open at `ledger`, under its `flock`.
-    static func change(_ ledger: Int32, _ update: (Int64) -> Int64) -> Int64 {
+    /// `changing` on the ledger open at `ledger`, under its `flock`, taken within
+    /// `seconds`; nil when it was not.
+    static func change(_ ledger: Int32, within seconds: Double, _ update: (Int64) -> Int64) -> Int64? {
         do {
-            while flock(ledger, LOCK_EX) != 0, errno == EINTR {}
+            guard LockWait.attempt(ledger, LOCK_EX, within: seconds) else { return nil }
             defer { flock(ledger, LOCK_UN) }
             var bytes = [UInt8](repeating: 0, count: 8)
             let read = bytes.withUnsafeMutableBytes { pread(ledger, $0.baseAddress, 8, 0) }

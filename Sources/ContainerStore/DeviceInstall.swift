@@ -1,3 +1,4 @@
+import ContainerPolicy
 import Glibc
 
 /// Installing on a full device (docs/capacity.md, "Installing on a full device"): `create`,
@@ -56,16 +57,16 @@ public final class DeviceInstall {
         guard decide < 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
         let bytes = max(0, bytes)  // so that `finish` can negate the reservation
         let deviceFD = Glibc.open(devicePath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard deviceFD >= 0 else { throw UserError("cannot open the device folder \(devicePath): \(Errno.current)") }
+        guard deviceFD >= 0 else { throw UserError.failed("cannot open the device folder \(devicePath)", Errno.current) }
         defer { close(deviceFD) }
         guard let state = try DeviceCapacity.stateFolder(deviceFD, creating: false) else { return }
         defer { close(state) }
         decide = try DeviceCapacity.openLock(state, DeviceCapacity.decideName)
         // Held until finish: no other install decides, and no daemon attaches first (and
         // walks a device that lacks this container), before this one is in place.
-        while flock(decide, LOCK_EX) != 0, errno == EINTR {}
+        try LockWait.take(decide, LOCK_EX, "the device's lock \(devicePath)/.containerfs-device/decide.lock (one install or first mount deciding at a time)")
         var used: Int64
-        if DeviceCapacity.ledger(devicePath: devicePath)?.attached == true {
+        if try DeviceCapacity.ledger(devicePath: devicePath)?.attached == true {
             let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
             guard ledger >= 0 else {
                 throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
@@ -73,15 +74,19 @@ public final class DeviceInstall {
             defer { close(ledger) }
             var fits = false
             used = 0
-            _ = DeviceLedger.change(ledger) { count in
+            let changed = DeviceLedger.change(ledger, within: LockWait.patience) { count in
                 used = count
                 fits = bytes == 0 || count.addingSaturated(bytes) <= capacity
                 return fits ? count.addingSaturated(bytes) : count
             }
+            guard changed != nil else {
+                throw UserError(LockWait.heldMessage(DeviceCapacity.ledgerDescription(devicePath), waited: LockWait.patience, holder: LockWait.holder(of: ledger)),
+                                exitCode: LockWait.exitCode)
+            }
             if fits {
                 reserved = bytes
                 // What the daemons did not count: the paths not mounted, as they are now.
-                marks = paths.map { DeviceCapacity.markChange(storePath: $0) }
+                for path in paths { marks.append(try DeviceCapacity.markChange(storePath: path)) }
                 return
             }
         } else {
@@ -100,7 +105,7 @@ public final class DeviceInstall {
     /// exactly by `admit`.
     public func check(_ bytes: Int64, _ what: String, need: String) throws(UserError) {
         guard bytes > 0, let capacity = DeviceCapacity.read(devicePath: devicePath) else { return }
-        let used = DeviceCapacity.ledger(devicePath: devicePath).flatMap { $0.attached ? $0.used : nil }
+        let used = try DeviceCapacity.ledger(devicePath: devicePath).flatMap { $0.attached ? $0.used : nil }
             ?? (try? DeviceCapacity.usedBytes(devicePath: devicePath)) ?? 0
         guard used.addingSaturated(bytes) > capacity else { return }
         throw refusal(bytes, what, need: need, capacity: capacity, used: used)
@@ -109,7 +114,7 @@ public final class DeviceInstall {
     private func refusal(_ bytes: Int64, _ what: String, need: String, capacity: Int64, used: Int64) -> UserError {
         let free = max(0, capacity.subtractingSaturated(used))
         return UserError(
-            "cannot \(what): \(need) \(bytes) bytes (\(humanBytes(bytes))) and the device \(devicePath) has \(free) bytes (\(humanBytes(free))) free of its capacity of \(capacity) bytes; nothing was written: free space on the device ('containerfs purge \(devicePath) --caches --tmp --until-free \(bytes)', its containers not running) or raise its capacity ('containerfs capacity \(devicePath) SIZE')")
+            "cannot \(what): \(need) \(counted(bytes, "byte")) (\(humanBytes(bytes))) and the device \(devicePath) has \(counted(free, "byte")) (\(humanBytes(free))) free of its capacity of \(counted(capacity, "byte")); nothing was written: free space on the device ('containerfs purge \(devicePath) --caches --tmp --until-free \(bytes)', its containers not running) or raise its capacity ('containerfs capacity \(devicePath) SIZE')")
     }
 
     /// Settles what the install changed into the device's live count (net of what `admit`
@@ -141,7 +146,7 @@ extension Store {
         guard !identifiers.isEmpty else { return 0 }
         let parentPath = splitParent(storePath).parent
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard parentFD >= 0 else { throw UserError("cannot open the device folder \(parentPath): \(Errno.current)") }
+        guard parentFD >= 0 else { throw UserError.failed("cannot open the device folder \(parentPath)", Errno.current) }
         defer { close(parentFD) }
         var total: Int64 = 0
         for identifier in identifiers {

@@ -178,7 +178,7 @@ public enum FileSharing {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot put \(source) as \(target): \(error)")
+            throw UserError.failed("cannot put \(source) as \(target)", error)
         }
     }
 
@@ -240,7 +240,7 @@ public enum FileSharing {
             guard renamed == 0 else { throw Errno.current }
         } catch {
             removeTree(at: parent, temporary)
-            throw UserError("cannot get \(source) into \(shown): \(error)")
+            throw UserError.failed("cannot get \(source) into \(shown)", error)
         }
         if folder == here { return (leaf, leftOut) }
         return ((folder.last == slash ? folder : folder + [slash]) + leaf, leftOut)
@@ -345,7 +345,7 @@ public enum FileSharing {
     private static func place(_ temporary: [UInt8], from staging: Int32, as name: [UInt8], in parent: Int32, replacing: Bool,
                               _ store: Store, device: DeviceInstall?, _ what: String, need: String) throws {
         // One change at a time from the capacity check to the rename, as `deliver`.
-        try sys { flock(staging, LOCK_EX) }
+        try LockWait.take(staging, LOCK_EX, Delivery.stagingDescription(store))
         // A replaced file with another name (a hard link) frees nothing.
         let replaced = replacing ? Capacity.freedBytes(at: parent, name) : 0
         let added = Capacity.treeBytes(at: staging, temporary)

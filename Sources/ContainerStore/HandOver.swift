@@ -95,9 +95,11 @@ extension StagingName {
     /// into place or removed.
     public static func createHeld(in parentFD: Int32, beside leaf: [UInt8], _ purpose: String,
                                   folder: Bool, mode: mode_t) throws(Errno) -> (name: [UInt8], fd: Int32) {
-        while flock(parentFD, LOCK_SH) != 0 {
-            guard errno == EINTR else { break }   // a folder that cannot be locked: no sweep can either
-        }
+        // Bounded (`LockWait`): a sweep holds the folder only for a moment, but another
+        // program holding it (a device folder, a backup folder) must not hang the command.
+        if !LockWait.attempt(parentFD, LOCK_SH, within: LockWait.patience), errno == EWOULDBLOCK {
+            throw Errno(EWOULDBLOCK)
+        }  // a folder that cannot be locked otherwise: no sweep can either
         defer { flock(parentFD, LOCK_UN) }
         if !folder {
             let made = try create(beside: leaf, purpose) { openat(parentFD, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }

@@ -53,7 +53,7 @@ public final class Store: Sendable {
             switch error.code {
             case ENOENT: throw UserError("no store at \(path): make one with 'containerfs create \(path) --bundle NAME.app'")
             case ENOTDIR: throw UserError("\(path) is not a folder: name a container store made with 'containerfs create'")
-            default: throw UserError("cannot open store \(path): \(error)")
+            default: throw UserError.failed("cannot open store \(path)", error)
             }
         }
         return try open(rootFD: rootFD, path: path, changing: changing, replacingCapacity: replacingCapacity)
@@ -66,7 +66,7 @@ public final class Store: Sendable {
         do {
             rootFD = try openDirectory(at: parentFD, name)
         } catch {
-            throw UserError("cannot open store \(path): \(error)")
+            throw UserError.failed("cannot open store \(path)", error)
         }
         return try open(rootFD: rootFD, path: path, changing: changing, replacingCapacity: false)
     }
@@ -81,6 +81,7 @@ public final class Store: Sendable {
                 do {
                     try BundleSwitch.recover(rootFD: rootFD, stateFD: stateFD)
                 } catch {
+                    if error.code == EWOULDBLOCK { throw BundleSwitch.Lock.held(stateFD: stateFD, statePath: path + "/.containerfs") }
                     throw UserError("cannot finish the interrupted update of \(path): \(error); open it again as its owner")
                 }
                 let layout: ContainerLayout

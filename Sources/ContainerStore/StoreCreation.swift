@@ -29,7 +29,7 @@ extension Store {
             }
         } catch {
             removeTree(at: parentFD, staging)
-            throw UserError("cannot create \(path): \(error)")
+            throw UserError.failed("cannot create \(path)", error)
         }
         return try open(path)
     }
@@ -81,7 +81,7 @@ extension Store {
         do {
             (staging, lock) = try StagingName.createHeld(in: parentFD, beside: leaf, purpose, folder: true, mode: 0o700)
         } catch {
-            throw UserError("cannot create \(path): \(error)")
+            throw UserError.failed("cannot create \(path)", error)
         }
         do {
             let stagingFD = try openDirectory(at: parentFD, staging)
@@ -91,7 +91,7 @@ extension Store {
             removeTree(at: parentFD, staging)
             close(lock)
             if let error = error as? UserError { throw error }
-            throw UserError("cannot create \(path): \(error)")
+            throw UserError.failed("cannot create \(path)", error)
         }
         return (staging, lock)
     }
@@ -140,7 +140,7 @@ extension Store {
     /// (`Owner.mayRead`).
     private static func populate(_ rootFD: Int32, bundlePath: String, bundleName: [UInt8], seal: Seal?, owner: Owner? = nil) throws {
         let sourceFD = Glibc.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard sourceFD >= 0 else { throw UserError("cannot read bundle \(bundlePath): \(Errno.current)") }
+        guard sourceFD >= 0 else { throw UserError.failed("cannot read bundle \(bundlePath)", Errno.current) }
         defer { close(sourceFD) }
         try TreeCopy.copyDirectory(from: sourceFD, toNew: bundleName, in: rootFD, .everything(what: "bundle \(bundlePath)"), owner: owner)
 

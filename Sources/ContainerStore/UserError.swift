@@ -1,9 +1,12 @@
+import Glibc
+
 /// A mistake or a condition the user can act on: one line saying what is wrong and
 /// what to do (SPEC §9). The CLI prints it and exits with `exitCode`.
 public struct UserError: Error, CustomStringConvertible, Sendable {
     /// What is wrong and what to do, as one line.
     public let message: String
-    /// 64 for misuse (EX_USAGE), 1 for anything else.
+    /// 64 for misuse (EX_USAGE), 75 for a lock another process held too long
+    /// (EX_TEMPFAIL, `LockWait`), 1 for anything else.
     public let exitCode: Int32
 
     public init(_ message: String, exitCode: Int32 = 1) {
@@ -15,4 +18,34 @@ public struct UserError: Error, CustomStringConvertible, Sendable {
 
     /// A misuse of the command line.
     public static func usage(_ message: String) -> UserError { UserError(message, exitCode: 64) }
+}
+
+extension UserError {
+    /// `LEAD: ERROR; WHAT TO DO` (SPEC §9), the advice when the error is an errno that says
+    /// plainly what to do (`Errno.advice`); otherwise `LEAD: ERROR`.
+    public static func failed(_ lead: String, _ error: any Error) -> UserError {
+        guard let advice = (error as? Errno)?.advice else { return UserError("\(lead): \(error)") }
+        return UserError("\(lead): \(error); \(advice)")
+    }
+}
+
+extension Errno {
+    /// What a user can do about this errno when a command meets it on a path they named
+    /// (an archive, a store, a bundle, a report); nil when nothing general can be said.
+    public var advice: String? {
+        switch code {
+        case EACCES, EPERM: "this user may not: check the owner and mode of the path and the folders above it (ls -ld), or run as a user who may"
+        case ENOENT: "check that the path and every folder above it exist"
+        case ENOTDIR: "a part of the path is a file, not a folder: check the path"
+        case ENOSPC, EDQUOT: "its file system is full: free space there, or choose another place"
+        case EROFS: "its file system is read-only: choose a writable place"
+        case ELOOP: "a symlink is in the way, and none is followed there: name the real path"
+        case EMFILE, ENFILE: "too many files are open: raise the limit (ulimit -n) and try again"
+        case EISDIR: "it is a folder: name a file"
+        case EEXIST: "something is in the way: remove it, or choose another name"
+        case ENAMETOOLONG: "a name or the path is too long: choose a shorter one"
+        case EWOULDBLOCK: "another process keeps a lock on its folder (see /proc/locks): try again once it ends"
+        default: nil
+        }
+    }
 }

@@ -73,14 +73,14 @@ struct BackupCommand: ParsableCommand {
                 ])
             } else {
                 FileHandleOutput.standardOutput.write(
-                    "backed up \(summary.entries) entries (\(summary.files) files, \(formatBytes(summary.bytes))) of \(store) to \(archive!) (\(formatBytes(summary.archiveBytes)))\n")
+                    "backed up \(counted(summary.entries, "entry", "entries")) (\(counted(summary.files, "file")), \(formatBytes(summary.bytes))) of \(store) to \(archive!) (\(formatBytes(summary.archiveBytes)))\n")
                 if summary.sparseFiles > 0 {
                     // Sizes above are apparent sizes; holes take no room in the archive.
                     FileHandleOutput.standardOutput.write(
-                        "sparse: \(summary.sparseFiles) files with holes, stored as their data (\(formatBytes(summary.dataBytes)) of file data in all)\n")
+                        "sparse: \(counted(summary.sparseFiles, "file")) with holes, stored as their data (\(formatBytes(summary.dataBytes)) of file data in all)\n")
                 }
                 if !set.excluded.isEmpty {
-                    FileHandleOutput.standardOutput.write("excluded: \(set.excluded.count) items (see --list)\n")
+                    FileHandleOutput.standardOutput.write("excluded: \(counted(set.excluded.count, "item")) (see --list)\n")
                 }
                 for path in summary.vanished {
                     FileHandleOutput.standardError.write("containerfs: note: \(path) was deleted during the backup and is not in it\n")
@@ -120,7 +120,7 @@ struct BackupCommand: ParsableCommand {
         }
         for (path, kind) in set.excluded { out += pad("excluded") + "  \(path)\(kind == .directory ? "/" : "")\n" }
         for path in set.skipped { out += pad("skipped") + "  \(path) (a FIFO, socket or device: not backed up)\n" }
-        out += "total: \(set.totalBytes) bytes (\(formatBytes(set.totalBytes))) in \(files.count) files, \(set.items.count) entries\n"
+        out += "total: \(counted(set.totalBytes, "byte")) (\(formatBytes(set.totalBytes))) in \(counted(files.count, "file")), \(counted(set.items.count, "entry", "entries"))\n"
         FileHandleOutput.standardOutput.write(out)
     }
 
@@ -223,14 +223,14 @@ struct RestoreCommand: ParsableCommand {
             }
             let bundleName = ContainerPath.printable(summary.bundleName)
             if bundle == nil, !json {
-                FileHandleOutput.standardOutput.write("restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into the group container \(store) (\(bundleName))\n")
+                FileHandleOutput.standardOutput.write("restored \(counted(summary.entries, "entry", "entries")) (\(formatBytes(summary.bytes))) from \(archive) into the group container \(store) (\(bundleName))\n")
                 return
             }
             if json {
                 printJSON(["store": store, "entries": summary.entries, "bytes": summary.bytes, "dataBytes": summary.dataBytes, "bundle": bundleName])
             } else {
                 FileHandleOutput.standardOutput.write(
-                    "restored \(summary.entries) entries (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
+                    "restored \(counted(summary.entries, "entry", "entries")) (\(formatBytes(summary.bytes))) from \(archive) into \(store), with a fresh install of \(bundleName) signed by \(installerKey.fingerprint); mode 0700: only its owner reads it on disk\n")
             }
         }
     }
@@ -245,6 +245,10 @@ struct ExcludeCommand: ParsableCommand {
             Sets the extended attribute \(BackupExclusion.attributeName) to 1. PATH is in a \
             container's store, or in a mounted container (then set through the mount). Programs \
             inside a container can do the same: setfattr -n \(BackupExclusion.attributeName) -v 1 FILE.
+
+            All or none: every PATH is found and its change asked for before any is changed, so \
+            one missing or refused (an Inbox file through the mount, a file this user may not \
+            change) leaves them all as they were.
             """)
 
     @Argument(help: "Files or folders in a container.")
@@ -262,7 +266,7 @@ struct IncludeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "include",
         abstract: "Back up files or folders again (removes the exclusion attribute).",
-        discussion: "Says so when a folder above PATH is still excluded.")
+        discussion: "Says so when a folder above PATH is still excluded. All or none, as exclude: one PATH missing or refused leaves them all as they were.")
 
     @Argument(help: "Files or folders in a container.")
     var paths: [String]

@@ -41,7 +41,7 @@ struct BackupsCommand: ParsableCommand {
                 let bundle = ContainerPath.printable(backup.bundleName, escapingControls: true)
                 out += "\(time)  \(formatBytes(backup.object.size).padding(10))  \(bundle)  s3://\(url.bucket)/\(ContainerPath.printable(Array(backup.object.key.utf8), escapingControls: true))\n"
             }
-            out += "\(backups.count) backups" + (others > 0 ? " (and \(others) other objects)" : "") + "\n"
+            out += counted(backups.count, "backup") + (others > 0 ? " (and \(counted(others, "other object")))" : "") + "\n"
             FileHandleOutput.standardOutput.write(out)
         }
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerPolicy
 import ContainerPurge
 import ContainerStore
 import Glibc
@@ -58,8 +59,8 @@ struct CapacityCommand: ParsableCommand {
             // agree, and the files it holds open unlinked count, as they do for it.
             let used = try (current != nil ? ControlChannel.recount(opened) : nil) ?? Capacity.usedBytes(rootFD: opened.rootFD)
             if current != nil, MountLock.holder(opened) == nil { Capacity.writeSummary(stateFD: opened.stateFD, used) }
-            let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
-            FileHandleOutput.standardOutput.write("capacity of \(store): \(shown); used \(used) bytes (\(humanBytes(used)))\n")
+            let shown = current.map { "\(counted($0, "byte")) (\(humanBytes($0)))" } ?? "none"
+            FileHandleOutput.standardOutput.write("capacity of \(store): \(shown); used \(counted(used, "byte")) (\(humanBytes(used)))\n")
         }
     }
 
@@ -68,10 +69,10 @@ struct CapacityCommand: ParsableCommand {
         if let capacity { try DeviceCapacity.write(devicePath: store, capacity.bytes) }
         let current = DeviceCapacity.read(devicePath: store)
         let used = try DeviceCapacity.usedBytes(devicePath: store)
-        let shown = current.map { "\($0) bytes (\(humanBytes($0)))" } ?? "none"
-        var line = "capacity of the device \(store): \(shown); used \(used) bytes (\(humanBytes(used))) in its containers"
-        if current != nil, let ledger = DeviceCapacity.ledger(devicePath: store), ledger.attached {
-            line += "; \(ledger.used) bytes as its mounted containers' daemons count it"
+        let shown = current.map { "\(counted($0, "byte")) (\(humanBytes($0)))" } ?? "none"
+        var line = "capacity of the device \(store): \(shown); used \(counted(used, "byte")) (\(humanBytes(used))) in its containers"
+        if current != nil, let ledger = try DeviceCapacity.ledger(devicePath: store), ledger.attached {
+            line += "; \(counted(ledger.used, "byte")) as its mounted containers' daemons count it"
         }
         FileHandleOutput.standardOutput.write(line + "\n")
     }
@@ -96,12 +97,16 @@ func parseCapacity(_ text: String) throws(UserError) -> CapacityChoice {
 /// `--until-free`) asks, and prints what went.
 func purgeForLowStorage(_ store: Store, _ text: String, option: String, kinds: [TagKind] = [.temporary, .cache]) throws(UserError) {
     let wanted = try LowStorage.threshold(text, for: store, option: option)
-    let report = try LowStorage.purge(store, until: wanted, kinds: kinds)
+    printLowStorage(store, wanted, try LowStorage.purge(store, until: wanted, kinds: kinds))
+}
+
+/// What a low-storage purge of `store` to `wanted` bytes free did, as lines.
+func printLowStorage(_ store: Store, _ wanted: Int64, _ report: LowStorage.Report) {
     let output = FileHandleOutput.standardOutput
     guard report.freeBefore < wanted else { return }
-    if report.temporaryEntries > 0 { output.write("low storage: emptied \(store.path)/tmp (\(report.temporaryEntries) entries)\n") }
+    if report.temporaryEntries > 0 { output.write("low storage: emptied \(store.path)/tmp (\(counted(report.temporaryEntries, "entry", "entries")))\n") }
     for item in report.caches?.deleted ?? [] {
-        output.write("low storage: purged \(store.path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes\n")
+        output.write("low storage: purged \(store.path)/\(shownPath(item.tag.path))  \(counted(item.tag.size, "byte"))\n")
     }
     output.write("low storage: \(store.path) had \(humanBytes(report.freeBefore)) free, now \(humanBytes(report.freeAfter)) (asked for \(humanBytes(wanted)))\n")
 }

@@ -10,9 +10,13 @@ struct ContainerFSCommand: ParsableCommand {
         commandName: "containerfs",
         abstract: "iOS-style app containers on Linux, enforced by a FUSE filesystem.",
         discussion: """
-            Exit status: 0 success, 1 failure, 64 misuse of the command line; run: the program's, \
-            204 when it was killed at suspension holding a lock in a shared group container \
-            (0xdead10cc).
+            Exit status: 0 success, 1 failure, 64 misuse of the command line, 75 a lock of the \
+            store or device held by another process did not come free in time (the line names \
+            it; nothing was changed: try again); run: the program's, 204 when it was killed at \
+            suspension holding a lock in a shared group container (0xdead10cc).
+
+            A command waits at most 10 s for a lock another process holds \
+            (CONTAINERFS_LOCK_WAIT=SECONDS sets another bound). See docs/capacity.md.
             """,
         version: containerfsVersion,
         subcommands: [Create.self, CreateGroup.self, Update.self, Offload.self, Mount.self, Unmount.self, RunCommand.self, SuspendCommand.self, ResumeCommand.self, Deliver.self, Share.self, Verify.self, CheckCommand.self, Audit.self, PurgeCommand.self, UsageCommand.self, CapacityCommand.self, BackupCommand.self, RestoreCommand.self, BackupsCommand.self, ExcludeCommand.self, IncludeCommand.self, Protect.self, Lock.self, Unlock.self, Status.self, PowerCut.self]

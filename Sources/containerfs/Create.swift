@@ -63,7 +63,7 @@ struct Create: ParsableCommand {
                 if let bytes = choice?.bytes {
                     let used = Capacity.usedBytes(rootFD: rootFD)
                     if used > bytes {
-                        throw UserError("the bundle makes a container of \(used) bytes (\(humanBytes(used))), more than the capacity of \(bytes) bytes asked for: give a larger --capacity; nothing was created at \(path)")
+                        throw UserError("the bundle makes a container of \(counted(used, "byte")) (\(humanBytes(used))), more than the capacity of \(counted(bytes, "byte")) asked for: give a larger --capacity; nothing was created at \(path)")
                     }
                     try Capacity.write(stateFD: stateFD, bytes)
                 }

@@ -15,6 +15,8 @@ struct Deliver: ParsableCommand {
             the files take in blocks and how much is free, and nothing reaches the Inbox (exit 1). \
             See docs/capacity.md, "Installing on a full device". The copies belong to the container's owner, as what its app makes (root delivering into another user's container copies in only what that user may read), and \
             keep no set-user-ID, set-group-ID or sticky bit; no folder is writable by others. A file named that is missing, or neither a file nor a folder, is refused before any is delivered.
+
+            A lock that another process holds (a stopped update or delivery) is waited for at most 10 s, then the command gives up naming that process, exit 75 (see 'containerfs --help').
             """)
 
     @Argument(help: "The container's store.")

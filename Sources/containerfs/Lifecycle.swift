@@ -64,7 +64,7 @@ struct Update: ParsableCommand {
             let new = ContainerPath.printable(summary.newName), old = ContainerPath.printable(summary.oldName)
             let what = summary.reinstalled ? "reinstalled \(new) in \(store)" : "updated \(store): \(old) replaced by \(new)"
             FileHandleOutput.standardOutput.write(
-                "\(what) (\(summary.files) files, \(summary.bytes) bytes, signed); Documents, Library and caches kept; tmp/ emptied (\(summary.temporaryEntries) entries)\n"
+                "\(what) (\(counted(summary.files, "file")), \(counted(summary.bytes, "byte")), signed); Documents, Library and caches kept; tmp/ emptied (\(counted(summary.temporaryEntries, "entry", "entries")))\n"
                 + (summary.closedToOthers ? "made \(store) mode 0700: other users no longer read it on disk (mounts still serve them through the rules)\n" : "")
             )
         }
@@ -88,11 +88,11 @@ struct Offload: ParsableCommand {
     func run() throws {
         try reportingErrors {
             // Changed behind the device's mounts: given to its live count (docs/capacity.md).
-            let settle = DeviceCapacity.markChanges(storePaths: [store])
+            let settle = try DeviceCapacity.markChanges(storePaths: [store])
             defer { settle() }
             let record = try Lifecycle.offload(store: store)
             FileHandleOutput.standardOutput.write(
-                "offloaded \(ContainerPath.printable(record.bundleName)) from \(store) (\(record.files) files, \(record.bytes) bytes; manifest SHA-256 \(record.manifestDigest)); its data is kept: reinstall it with 'containerfs update \(store) --bundle PATH/\(ContainerPath.printable(record.bundleName))'\n"
+                "offloaded \(ContainerPath.printable(record.bundleName)) from \(store) (\(counted(record.files, "file")), \(counted(record.bytes, "byte")); manifest SHA-256 \(record.manifestDigest)); its data is kept: reinstall it with 'containerfs update \(store) --bundle PATH/\(ContainerPath.printable(record.bundleName))'\n"
             )
         }
     }

@@ -26,11 +26,16 @@ struct PurgeCommand: ParsableCommand {
             A mounted store is refused (exit 1), even when nothing would have to go. In a device \
             folder with a capacity ('containerfs capacity DEVICE SIZE'), the free space is the \
             device's: its containers are purged one after the other only until the device has \
-            that much free.
+            that much free. With --json it prints plain purge's object (freedBytes then counts \
+            tmp's files too) and untilFree: what was asked, whether every store reached it, and \
+            per store the bytes wanted, free before and after (against the capacity, as \
+            'containerfs capacity' counts), and tmp's entries removed and bytes freed.
 
             The device: an app container's store stands for itself and the group containers it \
             belongs to ('create --group'); a device folder, for every container store in it, \
             apps and groups (docs/groups.md).
+
+            A lock that another process holds (a stopped update or delivery) is waited for at most 10 s, then the command gives up naming that process, exit 75 (see 'containerfs --help').
             """)
 
     @Argument(help: "Container stores, all on one device, or device folders.")
@@ -76,12 +81,14 @@ struct PurgeCommand: ParsableCommand {
                         throw UserError("\(store.path) is in use (pid \(holder.pid), mounted at \(holder.mountpoint)): a running container is never purged; nothing was purged: stop its run, or unmount it first with 'containerfs unmount \(holder.mountpoint)'")
                     }
                 }
-                for store in opened { try purgeForLowStorage(store, untilFree, option: "--until-free", kinds: options.kinds) }
-                return
+                return try purgeUntilFree(untilFree, opened, options.kinds)
             }
             // Stores not mounted, on a device whose mounted containers' daemons keep its
             // count: what goes is given back to the device's ledger (docs/capacity.md).
-            let marks = options.dryRun ? [] : opened.map { MountLock.holder($0) == nil ? DeviceCapacity.markChange($0) : nil }
+            var marks: [DeviceCapacity.ChangeMark?] = []
+            if !options.dryRun {
+                for store in opened { marks.append(MountLock.holder(store) == nil ? try DeviceCapacity.markChange(store) : nil) }
+            }
             let report = try Purge.purge(opened, options)
             for (store, mark) in zip(opened, marks) { DeviceCapacity.settleChange(mark, store) }
             var output = BufferedOutput()
@@ -92,7 +99,7 @@ struct PurgeCommand: ParsableCommand {
             }
             output.flush()
             if let failure = report.failures.first {
-                throw UserError("could not delete \(report.failures.count) file(s), such as \(opened[failure.store].path)/\(ContainerPath.printable(failure.path)): \(failure.error)")
+                throw UserError("could not delete \(counted(report.failures.count, "file")), such as \(opened[failure.store].path)/\(ContainerPath.printable(failure.path)): \(failure.error)")
             }
             if let stale = report.notInvalidated.first {
                 throw UserError(stale.message)
@@ -107,7 +114,7 @@ struct PurgeCommand: ParsableCommand {
         if all, free != nil { throw UserError.usage("--all and --free exclude each other: --all deletes everything that qualifies") }
         if untilFree != nil {
             let others = [(all, "--all"), (free != nil, "--free"), (olderThan != nil, "--older-than"), (dryRun, "--dry-run"),
-                          (json, "--json"), (includeRunning, "--include-running")].filter(\.0).map(\.1)
+                          (includeRunning, "--include-running")].filter(\.0).map(\.1)
             if !others.isEmpty {
                 throw UserError.usage("--until-free goes alone: it deletes only until that much is free, in stores not running; drop \(others.joined(separator: " and "))")
             }
@@ -134,16 +141,54 @@ struct PurgeCommand: ParsableCommand {
         let verb = dryRun ? "would delete" : "deleted"
         for item in report.deleted {
             let kept = item.freedBytes == item.tag.size ? "" : "  (another name keeps them)"
-            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(item.tag.size) bytes\(kept)  last used \(isoTime(item.tag.lastUse))\n")
+            output.write("\(verb) \(opened[item.store].path)/\(shownPath(item.tag.path))  \(counted(item.tag.size, "byte"))\(kept)  last used \(isoTime(item.tag.lastUse))\n")
         }
         let storeCount = Set(report.deleted.map(\.store)).count
-        output.write("\(dryRun ? "would free" : "freed") \(report.freedBytes) bytes (\(humanBytes(report.freedBytes))) in \(report.deleted.count) file(s) from \(storeCount) store(s)\n")
+        output.write("\(dryRun ? "would free" : "freed") \(counted(report.freedBytes, "byte")) (\(humanBytes(report.freedBytes))) in \(counted(report.deleted.count, "file")) from \(counted(storeCount, "store"))\n")
         for skipped in report.skipped {
             output.write("skipped \(opened[skipped.store].path): mounted at \(skipped.mountpoint) (use --include-running to purge it too)\n")
         }
     }
 
-    private func printJSON(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput) {
+    /// `--until-free`: each store not running, one after the other, until it has `text`
+    /// free; printed as it goes, or as one JSON object (`printJSON` with `untilFree`).
+    private func purgeUntilFree(_ text: String, _ opened: [Store], _ kinds: [TagKind]) throws(UserError) {
+        // Every threshold read before any store is touched: one that does not parse, or
+        // that a store has no capacity for, leaves them all as they were.
+        var thresholds: [Int64] = []
+        for store in opened { thresholds.append(try LowStorage.threshold(text, for: store, option: "--until-free")) }
+        // One purge report over all the stores, as plain purge gives; each store's line apart.
+        var combined = Purge.Report()
+        var lines: [String] = []
+        for (number, (store, wanted)) in zip(opened, thresholds).enumerated() {
+            // Changed behind the device's mounts: given to its live count (docs/capacity.md).
+            let mark = try DeviceCapacity.markChange(store)
+            let report = try LowStorage.purge(store, until: wanted, kinds: kinds)
+            DeviceCapacity.settleChange(mark, store)
+            if !json { printLowStorage(store, wanted, report) }
+            let caches = report.caches ?? Purge.Report()
+            combined.deleted += caches.deleted.map { var item = $0; item.store = number; return item }
+            combined.failures += caches.failures.map { var failure = $0; failure.store = number; return failure }
+            if !caches.walked.isEmpty { combined.walked.append(number) }
+            combined.freedBytes = combined.freedBytes.addingSaturated(caches.freedBytes).addingSaturated(report.temporaryFreedBytes)
+            lines.append("{\"store\":\(jsonString(store.path)),\"wantedBytes\":\(wanted),\"freeBeforeBytes\":\(report.freeBefore),\"freeAfterBytes\":\(report.freeAfter),\"reached\":\(report.freeAfter >= wanted),\"tmpEntriesRemoved\":\(report.temporaryEntries),\"tmpFreedBytes\":\(report.temporaryFreedBytes)}")
+        }
+        if json {
+            // Reached when every store has its free space now: in a device folder a later
+            // store's purge frees the device's space for the earlier ones too.
+            let reached = zip(opened, thresholds).allSatisfy { LowStorage.freeBytes($0) >= $1 }
+            var output = BufferedOutput()
+            printJSON(combined, opened, &output,
+                      untilFree: "{\"asked\":\(jsonString(text)),\"reached\":\(reached),\"stores\":[\(lines.joined(separator: ","))]}")
+            output.flush()
+        }
+        if let failure = combined.failures.first {
+            throw UserError("could not delete \(counted(combined.failures.count, "file")), such as \(opened[failure.store].path)/\(ContainerPath.printable(failure.path)): \(failure.error)")
+        }
+    }
+
+    /// `untilFree`: the JSON object of `--until-free`'s goal, added as the key `untilFree`.
+    private func printJSON(_ report: Purge.Report, _ opened: [Store], _ output: inout BufferedOutput, untilFree: String? = nil) {
         output.write("{\"dryRun\":\(dryRun),\"freedBytes\":\(report.freedBytes),\"deleted\":[")
         for (number, item) in report.deleted.enumerated() {
             if number > 0 { output.write(",") }
@@ -156,7 +201,7 @@ struct PurgeCommand: ParsableCommand {
         output.write(report.walked.map { jsonString(opened[$0].path) }.joined(separator: ","))
         output.write("],\"failed\":[")
         output.write(report.failures.map { "{\"store\":\(jsonString(opened[$0.store].path)),\"path\":\(jsonString(ContainerPath.printable($0.path))),\"error\":\(jsonString($0.error.description))}" }.joined(separator: ","))
-        output.write("]}\n")
+        output.write("]" + (untilFree.map { ",\"untilFree\":" + $0 } ?? "") + "}\n")
     }
 }
 

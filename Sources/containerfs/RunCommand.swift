@@ -303,6 +303,8 @@ struct SuspendCommand: ParsableCommand {
             it with the termination code 0xdead10cc: this command prints that line, and the run \
             prints it too and exits with status 204. Locks in the app's own container do not \
             count. 'containerfs resume STORE' continues a suspended program. See docs/groups.md.
+
+            A lock that another process holds (a stopped update or delivery) is waited for at most 10 s, then the command gives up naming that process, exit 75 (see 'containerfs --help').
             """)
 
     @Argument(help: "The store of the app container whose program runs.")

@@ -90,7 +90,7 @@ struct Share: ParsableCommand {
             case "rm":
                 // What it frees goes to the device's live count while a sibling is mounted
                 // (docs/capacity.md); a mounted container's daemon recounts at the invalidate.
-                let settle = DeviceCapacity.markChanges(storePaths: [store])
+                let settle = try DeviceCapacity.markChanges(storePaths: [store])
                 defer { settle() }
                 let path = try FileSharing.remove(try FileSharing.components(rawArgument(operands[0])), from: opened)
                 try ControlChannel.invalidate(opened, [path])
@@ -99,7 +99,7 @@ struct Share: ParsableCommand {
                 // As rm: a rename can grow the folder it goes into by a block, given to the
                 // device's live count while a sibling is mounted; a mounted container's
                 // daemon recounts at the invalidate.
-                let settle = DeviceCapacity.markChanges(storePaths: [store])
+                let settle = try DeviceCapacity.markChanges(storePaths: [store])
                 defer { settle() }
                 let paths = try FileSharing.move(
                     try FileSharing.components(rawArgument(operands[0])),

@@ -58,7 +58,7 @@ struct UsageCommand: ParsableCommand {
         for area in usage.areas {
             let mark = area.offloaded ? "offloaded" : area.backedUp ? "backed up" : area.purgeable ? "purgeable" : "reinstalled"
             var line = "  " + pad(area.name, 10) + pad(humanBytes(area.bytes), 10, right: true)
-                + pad("\(area.files) file\(area.files == 1 ? "" : "s")", 14, right: true) + "  " + pad(mark, 11)
+                + pad(counted(area.files, "file"), 14, right: true) + "  " + pad(mark, 11)
             if bars {
                 let width = area.bytes == 0 ? 0 : max(1, Int(Double(area.bytes) / Double(largest) * 30))
                 line += "  " + String(repeating: "█", count: width)
@@ -67,7 +67,7 @@ struct UsageCommand: ParsableCommand {
             output.write(line + "\n")
         }
         output.write("  " + pad("total", 10) + pad(humanBytes(usage.totalBytes), 10, right: true)
-            + pad("\(usage.totalFiles) file\(usage.totalFiles == 1 ? "" : "s")", 14, right: true) + "\n")
+            + pad(counted(usage.totalFiles, "file"), 14, right: true) + "\n")
     }
 
     private func printDevice(_ device: DeviceSpace, _ output: inout BufferedOutput) {

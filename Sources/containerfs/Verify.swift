@@ -45,7 +45,7 @@ struct Verify: ParsableCommand {
             if let failure = result.failure(store: store, listed: !json) { throw failure }
             if !json {
                 out.write(
-                    "bundle \(ContainerPath.printable(result.bundleName)) of \(store) is intact: \(result.entries) entries, \(result.files) files, \(result.bytes) bytes; \(result.hashedFiles) hashed, \(result.cachedFiles) from the cache; signed by \(result.keyFingerprint)\n"
+                    "bundle \(ContainerPath.printable(result.bundleName)) of \(store) is intact: \(counted(result.entries, "entry", "entries")), \(counted(result.files, "file")), \(counted(result.bytes, "byte")); \(result.hashedFiles) hashed, \(result.cachedFiles) from the cache; signed by \(result.keyFingerprint)\n"
                 )
             }
         }

@@ -206,3 +206,17 @@ struct ContainerPathTests {
         #expect(seen.count == Set(samples).count)
     }
 }
+
+/// `counted`: the one helper every command's line uses for a count and its noun.
+@Test(arguments: [(0, "0 files"), (1, "1 file"), (2, "2 files")])
+func countedNounsAgreeWithTheirCount(count: Int, expected: String) {
+    #expect(counted(count, "file") == expected)
+}
+
+@Test func countedTakesAnIrregularPluralAndAnyInteger() {
+    #expect(counted(1, "entry", "entries") == "1 entry")
+    #expect(counted(3, "entry", "entries") == "3 entries")
+    #expect(counted(Int64(1), "byte") == "1 byte")
+    #expect(counted(UInt(0), "byte") == "0 bytes")
+    #expect(counted(-1, "byte") == "-1 bytes")
+}

@@ -238,6 +238,41 @@ struct CLIErrorTests {
         #expect(try attribute("user.containerfs.exclude-from-backup"), "include changed the first path")
     }
 
+    /// Through a mount, `exclude A B` and `include A B` with B in the Inbox (the rules refuse
+    /// its change, EACCES) change neither path: every path's change is asked first.
+    @Test func excludeAndIncludeThroughAMountChangeNothingWhenOnePathIsRefused() throws {
+        try withMountedContainer { container in
+            let name = "user.containerfs.exclude-from-backup"
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: container.mounted("Documents/mine.txt")))
+            try Data("handed over\n".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/Inbox/given.txt")))
+            let allowed = container.mounted("Documents/mine.txt"), refused = container.mounted("Documents/Inbox/given.txt")
+            func attribute(_ path: String) throws -> Bool { try runProgram(["getfattr", "-n", name, path]).status == 0 }
+            let excluded = try containerfs(["exclude", allowed, refused])
+            expectUserError(excluded, status: 1, mentions: ["Documents/Inbox/given.txt", "Permission denied", "nothing was changed"], advice: ["leave it out"])
+            #expect(try !attribute(container.stored("Documents/mine.txt")), "exclude changed the first path")
+            // Both excluded in the store, behind the mount: include may not half-undo it.
+            for path in ["Documents/mine.txt", "Documents/Inbox/given.txt"] {
+                #expect(try runProgram(["setfattr", "-n", name, "-v", "1", container.stored(path)]).status == 0)
+            }
+            let included = try containerfs(["include", allowed, refused])
+            expectUserError(included, status: 1, mentions: ["Documents/Inbox/given.txt", "nothing was changed"], advice: ["leave it out"])
+            #expect(try attribute(container.stored("Documents/mine.txt")), "include changed the first path")
+            // Alone, the allowed path changes.
+            #expect(try containerfs(["include", allowed]).status == 0)
+            #expect(try !attribute(container.stored("Documents/mine.txt")))
+        }
+    }
+
+    /// A path the system refuses (a missing archive, a store under /proc) is named with the
+    /// errno and what to do about it, not the bare errno string.
+    @Test func systemRefusalsSayWhatToDo() throws {
+        let scene = try CLIScene()
+        let missing = try scene.unchanged { try containerfs(["restore", scene.base + "/missing.tar", scene.base + "/restored", "--bundle", scene.bundle]) }
+        expectUserError(missing, status: 1, mentions: ["missing.tar", "No such file or directory"], advice: ["check that the path"])
+        let proc = try containerfs(["create", "/proc/containerfs-store", "--bundle", scene.bundle])
+        expectUserError(proc, status: 1, mentions: ["/proc/containerfs-store"], advice: ["check that the path"])
+    }
+
     /// `deliver A MISSING` hands nothing over: the Inbox stays empty.
     @Test func deliverWithOneMissingFileDeliversNothing() throws {
         let container = try MountedContainer()
@@ -285,7 +320,7 @@ struct CLIErrorTests {
     /// which option to drop or what to unmount, not only that it is refused.
     @Test func purgeUntilFreeRefusalsSayWhatToDo() throws {
         let container = try MountedContainer()
-        for option in ["--json", "--dry-run", "--include-running"] {
+        for option in ["--dry-run", "--include-running"] {
             let result = try unchangedStore(container) { try containerfs(["purge", container.store, "--caches", "--until-free", "1M", option]) }
             expectUserError(result, status: 64, mentions: [option], advice: ["drop \(option)"])
         }

@@ -43,6 +43,17 @@ private func writeVersionOneData(_ container: MountedContainer) throws {
 
 @Suite("Lifecycle", .serialized)
 struct LifecycleTests {
+    /// The counts in `update`'s line agree with their nouns: one entry of tmp/ is "1 entry",
+    /// not "1 entries" (every count a command prints goes through `counted`).
+    @Test func updateCountsInWords() throws {
+        let container = try MountedContainer()
+        try Data("left in tmp\n".utf8).write(to: URL(fileURLWithPath: container.stored("tmp/scratch")))
+        let updated = try containerfs(["update", container.store, "--bundle", try makeBundle(container.base, version: "v2")])
+        #expect(updated.status == 0, "\(updated)")
+        #expect(updated.stdout.contains("tmp/ emptied (1 entry)"), "\(updated)")
+        #expect(updated.stdout.contains("(2 files, ") && !updated.stdout.contains(" 1 entries"), "\(updated)")
+    }
+
     @Test("update: version 2 reads version 1's data, verifies as version 2, tmp/ emptied")
     func updateKeepsData() throws {
         let container = try MountedContainer()

@@ -41,7 +41,7 @@ struct ObjectStoreBackupTests {
 
             let listed = try server.containerfs(["backups", "s3://\(SeaweedFS.bucket)/fleet"])
             #expect(listed.status == 0, "\(listed)")
-            #expect(listed.stdout.contains("Demo.app  \(url)") && listed.stdout.contains("1 backups"), "\(listed)")
+            #expect(listed.stdout.contains("Demo.app  \(url)") && listed.stdout.contains("1 backup\n"), "\(listed)")
             let json = try server.containerfs(["backups", "s3://\(SeaweedFS.bucket)", "--json"])
             let parsed = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
             let backups = try #require(parsed["backups"] as? [[String: Any]])
@@ -484,7 +484,7 @@ extension ObjectStoreBackupTests {
                 let keys = (parsed?["backups"] as? [[String: Any]])?.compactMap { $0["key"] as? String }
                 #expect(keys == ["evil\u{1B}]0;pwn\u{07}.tar"], "JSON keeps the key exactly: \(String(describing: keys))")
             } else {
-                #expect(listed.stdout.contains("evil\\x1b]0;pwn\\x07.tar") && listed.stdout.contains("1 backups"), "\(listed)")
+                #expect(listed.stdout.contains("evil\\x1b]0;pwn\\x07.tar") && listed.stdout.contains("1 backup\n"), "\(listed)")
             }
         }
     }

@@ -47,6 +47,73 @@ struct PurgeTests {
         #expect(result.paths == ["Library/Caches/" + name])
     }
 
+    /// One file of one byte from one store: "1 byte … in 1 file from 1 store", not
+    /// "1 bytes" or "file(s)".
+    @Test func purgeCountsInWords() throws {
+        let container = try MountedContainer()
+        try Purging.write(container.stored("Library/Caches/one"), size: 1)
+        let text = try containerfs(["purge", container.store, "--caches"])
+        #expect(text.status == 0, "\(text)")
+        #expect(text.stdout.contains("Library/Caches/one  1 byte  last used"), "\(text)")
+        #expect(text.stdout.contains("freed 1 byte (1 B) in 1 file from 1 store\n"), "\(text)")
+    }
+
+    /// `--until-free --json`: plain purge's object plus the goal, every figure true against
+    /// the store: free before and after are the capacity less an independent walk, the files
+    /// listed deleted are exactly those gone, each with the size it had, tmp's bytes are its
+    /// files', and the goal says whether it was reached (first yes, then, asking more than
+    /// Documents and the bundle leave, no).
+    @Test func untilFreeJSONReportsTrueFigures() throws {
+        let container = try MountedContainer()
+        try CapacityTests.fillForLowStorage(container)  // 8M: tmp 1M, caches old 2M and new 2M, Documents 2M
+        let capacity = 8 << 20
+        func regularFiles() -> [String: Int] {
+            var found: [String: Int] = [:]
+            for area in ["Library/Caches", "tmp"] {
+                let top = container.stored(area)
+                for case let relative as String in FileManager.default.enumerator(atPath: top) ?? NSEnumerator() {
+                    var info = stat()
+                    if lstat(top + "/" + relative, &info) == 0, info.st_mode & S_IFMT == S_IFREG, relative != "CACHEDIR.TAG" {
+                        found[area + "/" + relative] = Int(info.st_size)
+                    }
+                }
+            }
+            return found
+        }
+        for (asked, reached) in [("3M", true), ("7M", false)] {
+            let before = regularFiles(), usedBefore = try CapacityTests.storeBytes(container.store)
+            let result = try containerfs(["purge", container.store, "--caches", "--tmp", "--until-free", asked, "--json"])
+            try #require(result.status == 0, "\(result)")
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result)")
+            let after = regularFiles(), usedAfter = try CapacityTests.storeBytes(container.store)
+            let goal = try #require(json["untilFree"] as? [String: Any], "\(json)")
+            #expect(goal["asked"] as? String == asked && goal["reached"] as? Bool == reached, "\(goal)")
+            let store = try #require((goal["stores"] as? [[String: Any]])?.first, "\(goal)")
+            let wanted = Int(asked.dropLast())! << 20
+            #expect(store["store"] as? String == container.store && store["wantedBytes"] as? Int == wanted, "\(store)")
+            #expect(store["freeBeforeBytes"] as? Int == capacity - usedBefore, "walk: \(usedBefore) used before; \(store)")
+            #expect(store["freeAfterBytes"] as? Int == capacity - usedAfter, "walk: \(usedAfter) used after; \(store)")
+            #expect(store["reached"] as? Bool == (capacity - usedAfter >= wanted), "\(store)")
+            // The files gone are those listed, with their sizes; tmp's apart.
+            let gone = Set(before.keys).subtracting(after.keys)
+            let deleted = json["deleted"] as? [[String: Any]] ?? []
+            let listed = deleted.compactMap { $0["path"] as? String }
+            #expect(Set(listed) == gone.filter { $0.hasPrefix("Library/Caches/") } && listed.count == deleted.count, "\(listed) vs \(gone)")
+            for item in deleted {
+                let path = item["path"] as? String ?? "?"
+                #expect(item["size"] as? Int == before[path] && item["freedBytes"] as? Int == before[path] && item["kind"] as? String == "cache", "\(item)")
+            }
+            let temporary = gone.filter { $0.hasPrefix("tmp/") }
+            #expect(store["tmpEntriesRemoved"] as? Int == temporary.count, "\(store)")
+            #expect(store["tmpFreedBytes"] as? Int == temporary.reduce(0) { $0 + before[$1]! }, "\(store)")
+            let freed = deleted.reduce(0) { $0 + ($1["freedBytes"] as? Int ?? 0) } + (store["tmpFreedBytes"] as? Int ?? 0)
+            #expect(json["freedBytes"] as? Int == freed && freed == gone.reduce(0) { $0 + before[$1]! }, "\(json)")
+            #expect(json["dryRun"] as? Bool == false && (json["failed"] as? [Any])?.isEmpty == true && (json["skipped"] as? [Any])?.isEmpty == true)
+            #expect(access(container.stored("Documents/d"), F_OK) == 0)
+        }
+        #expect(regularFiles().isEmpty, "asking more than can be freed purges everything purgeable")
+    }
+
     @Test func dryRunDeletesNothing() throws {
         let container = try MountedContainer()
         try container.mount()
