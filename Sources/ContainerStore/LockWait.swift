@@ -108,9 +108,20 @@ public enum LockWait {
             waiter.state.withLock { $0.cancelled = true }
             // Again until it has seen the cancellation: a signal landing just before its
             // `flock` began is lost on it. Sent under the lock, so never to a thread gone.
+            // A thread that never started (none could be made) sees the cancellation if it
+            // ever does, before any `flock`: not waited for past a second.
+            var unstarted = 0
             repeat {
-                waiter.state.withLock { state in
+                let started = waiter.state.withLock { state -> Bool in
                     if !state.finished, let thread = state.thread { pthread_kill(thread, SIGURG) }
+                    return state.thread != nil
+                }
+                if !started {
+                    unstarted += 1
+                    if unstarted > 100 {
+                        errno = EWOULDBLOCK
+                        return false
+                    }
                 }
             } while waiter.done.wait(timeout: .now() + .milliseconds(10)) == .timedOut
         }
