@@ -157,7 +157,8 @@ struct ExclusionTarget {
                 if !present, errno != ENODATA { throw Errno.current }
                 let probe = lsetxattr(procPath, BackupExclusion.attributeName, "1", 1, present ? Int32(XATTR_CREATE) : Int32(XATTR_REPLACE))
                 // Success: the attribute came or went meanwhile; the change itself follows.
-                if probe != 0, errno != EEXIST, errno != ENODATA { throw Errno.current }
+                // A full container (ENOSPC) refuses a new attribute, not its removal.
+                if probe != 0, errno != EEXIST, errno != ENODATA, errno != ENOSPC, errno != EDQUOT { throw Errno.current }
             }
         } catch {
             throw refusal(error, changed: "; nothing was changed")

@@ -1082,6 +1082,24 @@ extension CapacityTests {
         try Self.expectTrueCount(container, "after the deletions")
     }
 
+    /// A full container still lets `include` remove the exclusion attribute through the
+    /// mount: the check that asks each path first (a `setxattr` that can only fail) meets
+    /// `ENOSPC` there, which refuses a new attribute, not a removal.
+    @Test func includeThroughAFullContainerRemovesTheAttribute() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "4M")
+        try container.mount()
+        let file = container.mounted("Documents/kept.txt")
+        try Data("kept\n".utf8).write(to: URL(fileURLWithPath: file))
+        #expect(try containerfs(["exclude", file]).status == 0)
+        let filled = try runProgram(["dd", "if=/dev/zero", "of=" + container.mounted("Documents/ballast"), "bs=64k", "status=none"])
+        #expect(filled.status != 0 && filled.stderr.contains("No space left"), "\(filled)")
+        let included = try containerfs(["include", file])
+        #expect(included.status == 0, "\(included)")
+        #expect(try runProgram(["getfattr", "-n", "user.containerfs.exclude-from-backup", container.stored("Documents/kept.txt")]).status != 0)
+    }
+
     /// A recount (each `containerfs capacity STORE` makes one) while programs write: the
     /// walk sees the store between changes, so a write reserved but not yet settled is
     /// neither lost nor counted twice (a purge racing writes left the count 460 KiB short).
