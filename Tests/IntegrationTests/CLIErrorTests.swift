@@ -238,6 +238,21 @@ struct CLIErrorTests {
         #expect(try attribute("user.containerfs.exclude-from-backup"), "include changed the first path")
     }
 
+    /// `protect A B` by the store's owner, where B is a file of root's she may not change
+    /// (EACCES), changes neither: every path's change is asked first.
+    @Test func protectChangesNothingWhenOnePathIsRefused() throws {
+        let alice = "cfs-alice"
+        let container = try MountedContainer(user: alice)
+        let mine = container.stored("Documents/mine.txt"), roots = container.stored("Documents/roots.txt")
+        for path in [mine, roots] { try Data("x\n".utf8).write(to: URL(fileURLWithPath: path)) }
+        let owner = try #require(getpwnam(alice))
+        #expect(chown(mine, owner.pointee.pw_uid, owner.pointee.pw_gid) == 0 && chown(roots, 0, 0) == 0 && chmod(roots, 0o644) == 0)
+        let result = try containerfs(["protect", mine, roots, "--class", "complete"], user: alice)
+        expectUserError(result, status: 1, mentions: ["Documents/roots.txt", "Permission denied", "nothing was changed"], advice: ["leave it out"])
+        #expect(try runProgram(["getfattr", "-n", "user.containerfs.protection", mine]).status != 0, "protect changed the first path")
+        #expect(try containerfs(["protect", mine, "--class", "complete"], user: alice).status == 0)
+    }
+
     /// Through a mount, `exclude A B` and `include A B` with B in the Inbox (the rules refuse
     /// its change, EACCES) change neither path: every path's change is asked first.
     @Test func excludeAndIncludeThroughAMountChangeNothingWhenOnePathIsRefused() throws {
