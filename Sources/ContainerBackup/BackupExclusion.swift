@@ -145,20 +145,15 @@ struct ExclusionTarget {
         }
     }
 
-    /// Refuses, changing nothing, a path whose attribute could not be changed: asks with a
-    /// `setxattr` that can only fail, `XATTR_CREATE` while the attribute is there (`EEXIST`)
-    /// and `XATTR_REPLACE` while it is not (`ENODATA`). The kernel's permission checks and,
-    /// through a mount, the container's rules answer before that (`EACCES`, `EPERM`), as
-    /// they would the real change: so `exclude A B` with B in the Inbox changes neither.
+    /// Refuses, changing nothing, a path whose attribute could not be changed
+    /// (`attributeChangeRefusal`): through a mount the container's rules answer too, so
+    /// `exclude A B` with B in the Inbox changes neither.
     func checkChangeable() throws(UserError) {
         do {
             try withNode { (procPath) throws(Errno) in
-                let present = lgetxattr(procPath, BackupExclusion.attributeName, nil, 0) >= 0
-                if !present, errno != ENODATA { throw Errno.current }
-                let probe = lsetxattr(procPath, BackupExclusion.attributeName, "1", 1, present ? Int32(XATTR_CREATE) : Int32(XATTR_REPLACE))
-                // Success: the attribute came or went meanwhile; the change itself follows.
-                // A full container (ENOSPC) refuses a new attribute, not its removal.
-                if probe != 0, errno != EEXIST, errno != ENODATA, errno != ENOSPC, errno != EDQUOT { throw Errno.current }
+                let name = BackupExclusion.attributeName
+                if let refusal = attributeChangeRefusal(present: { lgetxattr(procPath, name, nil, 0) },
+                                                        probe: { lsetxattr(procPath, name, "1", 1, $0) }) { throw refusal }
             }
         } catch {
             throw refusal(error, changed: "; nothing was changed")

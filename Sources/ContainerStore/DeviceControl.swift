@@ -104,17 +104,13 @@ public enum ProtectionSetting {
         defer { nodes.forEach { close($0.fd) } }
         for rawPath in rawPaths { nodes.append(try node(rawPath)) }
         let value = Array(protection.rawValue.utf8)
-        // Each change asked first with a setxattr that can only fail (XATTR_CREATE while the
-        // attribute is there, XATTR_REPLACE while it is not): the permission checks answer
-        // it as they would the change, so a node the user may not change (EACCES) leaves
-        // every node as it was, as a missing one does.
+        // Each change asked for first: a node the user may not change (EACCES) leaves every
+        // node as it was, as a missing one does.
         for node in nodes {
-            let present = clinux_node_getxattr(node.fd, ProtectionClass.attributeName, nil, 0) >= 0
-            let probe = present || errno == ENODATA
-                ? value.withUnsafeBytes { clinux_node_setxattr(node.fd, ProtectionClass.attributeName, $0.baseAddress, $0.count, present ? Int32(XATTR_CREATE) : Int32(XATTR_REPLACE)) }
-                : -1
-            guard probe == 0 || errno == EEXIST || errno == ENODATA || errno == ENOSPC || errno == EDQUOT else {
-                throw UserError("cannot set the protection class of \(node.path): \(Errno.current); nothing was changed: leave it out, or have its owner (or root) set it")
+            let name = ProtectionClass.attributeName
+            if let refusal = attributeChangeRefusal(present: { clinux_node_getxattr(node.fd, name, nil, 0) },
+                                                    probe: { flags in value.withUnsafeBytes { clinux_node_setxattr(node.fd, name, $0.baseAddress, $0.count, flags) } }) {
+                throw UserError("cannot set the protection class of \(node.path): \(refusal); nothing was changed: leave it out, or have its owner (or root) set it")
             }
         }
         for node in nodes {

@@ -180,6 +180,20 @@ public func openRegularFile(at parent: Int32, _ name: [UInt8]) throws(Errno) -> 
     return fd
 }
 
+/// The error that would refuse setting an extended attribute, asked without setting it,
+/// or nil: `present` (a `getxattr` of its size) says whether it is there, then `probe` (a
+/// `setxattr` given its flags) can only fail: `XATTR_CREATE` while it is there, `XATTR_REPLACE`
+/// while it is not. The permission checks (and through a mount, the container's rules)
+/// answer it as they would the change, so a command naming several paths can refuse them
+/// all before it changes any. A full device (`ENOSPC`, `EDQUOT`) is no refusal: it refuses
+/// a new attribute, not a change or a removal.
+public func attributeChangeRefusal(present: () -> Int, probe: (Int32) -> Int32) -> Errno? {
+    let isThere = present() >= 0
+    guard isThere || errno == ENODATA else { return Errno.current }
+    guard probe(isThere ? Int32(XATTR_CREATE) : Int32(XATTR_REPLACE)) != 0 else { return nil }
+    return [EEXIST, ENODATA, ENOSPC, EDQUOT].contains(errno) ? nil : Errno.current
+}
+
 /// Whether `fd` is open on a regular file (else a FIFO, socket, device, folder or symlink).
 public func isRegularFile(_ fd: Int32) -> Bool {
     var info = stat()
