@@ -42,7 +42,7 @@ public enum Backup {
         let (parentPath, leaf) = Store.splitParent(archivePath)
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
-            throw UserError("cannot write \(archivePath): its folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+            throw UserError.folderUnavailable("cannot write \(archivePath)", folder: parentPath, Errno.current)
         }
         defer { close(parentFD) }
         try checkOutsideStore(parentPath, store: store, archivePath: archivePath)

@@ -168,9 +168,9 @@ struct ExclusionTarget {
         case EPERM, EACCES:
             return UserError("cannot change \(path): \(error) (the container's rules, or this user's permissions, do not allow it)\(changed): leave it out, or name a file or folder the app may change")
         case ENOTSUP:
-            return UserError("cannot change \(path): its filesystem does not support user extended attributes\(changed)")
+            return UserError("cannot change \(path): its filesystem does not support user extended attributes\(changed): keep the store on one that does (ext4, xfs, btrfs, tmpfs)")
         default:
-            return UserError("cannot change \(path): \(error)\(changed)")
+            return UserError("cannot change \(path): \(error)\(changed)\(error.advice.map { ": \($0)" } ?? "")")
         }
     }
 

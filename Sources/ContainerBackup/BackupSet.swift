@@ -67,7 +67,7 @@ public struct BackupSet: Sendable {
                 try set.walk(fd, path: directory.path, location: .standard(directory), layout: store.layout, seen: &seen)
             }
         } catch {
-            throw UserError("cannot read the backup set of \(store.path): \(error)")
+            throw UserError.failed("cannot read the backup set of \(store.path)", error)
         }
         return set
     }

@@ -67,7 +67,7 @@ public enum Restore {
         if let bundlePath { bundleName = try checkBundle(bundlePath) }
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
-            throw UserError("cannot restore into \(storePath): its parent folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+            throw UserError.folderUnavailable("cannot restore into \(storePath)", folder: parentPath, role: "parent folder", Errno.current)
         }
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: storePath)

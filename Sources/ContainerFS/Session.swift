@@ -155,13 +155,13 @@ public final class Session {
             fileSystem = try FileSystem(store: store, audit: audit,
                                         timeouts: CacheTimeouts(entry: options.cacheTimeout, attributes: options.cacheTimeout))
         } catch {
-            throw UserError("cannot read store \(store.path): \(error)")
+            throw UserError.failed("cannot read store \(store.path)", error)
         }
         fileSystem.writeback = options.writeback
         fileSystem.noSetID = options.noSetID
         if let app = options.appUser {
             var top = stat()
-            guard fstat(store.rootFD, &top) == 0 else { throw UserError("cannot read store \(store.path): \(Errno.current)") }
+            guard fstat(store.rootFD, &top) == 0 else { throw UserError.failed("cannot read store \(store.path)", Errno.current) }
             fileSystem.ownerMapping = OwnerMapping(owner: (top.st_uid, top.st_gid), app: app)
         }
         fileSystem.protection.start(defaultClass: store.defaultProtection, lockedSinceBoot: options.locked)
@@ -172,7 +172,7 @@ public final class Session {
                 fileSystem.removingJournalLink(key, unlink)
             }
             do { fileSystem.powerLoss = try PowerLoss(store: store, model: options.powerLossModel, removingLink: removingLink) } catch {
-                throw UserError("cannot make the power-loss journal in \(store.statePath): \(error)")
+                throw UserError.failed("cannot make the power-loss journal in \(store.statePath)", error)
             }
         } else {
             PowerLoss.clear(store)
@@ -218,7 +218,7 @@ public final class Session {
         } catch {
             fuse_session_unmount(session)
             fuse_session_destroy(session)
-            throw UserError("cannot open the control socket in \(store.statePath): \(error)")
+            throw UserError.failed("cannot open the control socket in \(store.statePath)", error)
         }
     }
 

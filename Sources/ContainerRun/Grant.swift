@@ -81,7 +81,8 @@ final class OpenedGrant {
             let option = "--grant \(request.path)\(request.writable ? ":rw" : "")"
             guard !request.path.isEmpty else { throw UserError.usage("\(option) names no path") }
             guard let host = resolved(request.path) else {
-                throw UserError("cannot grant \(request.path) (\(Errno.current)): name an existing host file or folder with --grant")
+                let error = Errno.current
+                throw UserError("cannot grant \(request.path) (\(error)): \(error.advice(whenMissing: "name an existing host file or folder with --grant"))")
             }
             let name = String(host[host.index(after: host.lastIndex(of: "/") ?? host.startIndex)...])
             let inside = GrantRequest.folder + "/" + name
@@ -89,15 +90,16 @@ final class OpenedGrant {
                 throw UserError.usage("two grants are named \(name) (\(inside)): grant one of them, or their common folder")
             }
             let root = Glibc.open("/", clinux_O_PATH | O_DIRECTORY | O_CLOEXEC)
-            guard root >= 0 else { throw UserError("cannot grant \(host): /: \(Errno.current)") }
+            guard root >= 0 else { throw UserError.failed("cannot grant \(host): /", Errno.current) }
             // `/` itself is refused below, by its node: openat2 opens no empty path.
             let fd = host == "/" ? fcntl(root, F_DUPFD_CLOEXEC, 0) : clinux_open_beneath(root, String(host.dropFirst()), clinux_O_PATH | O_CLOEXEC, 0)
             let openError = Errno.current
             close(root)
             guard fd >= 0 else {
-                throw UserError(
-                    "cannot grant \(host): \(openError)\(openError.code == ELOOP || openError.code == EXDEV ? " (a component became a symlink while it was being granted)" : "")"
-                )
+                if openError.code == ELOOP || openError.code == EXDEV {
+                    throw UserError("cannot grant \(host): \(openError) (a component became a symlink while it was being granted): name the real path, and try again")
+                }
+                throw UserError.failed("cannot grant \(host)", openError)
             }
             var info = stat()
             guard fstat(fd, &info) == 0, [S_IFREG, S_IFDIR].contains(info.st_mode & S_IFMT) else {
@@ -125,7 +127,7 @@ final class OpenedGrant {
     /// above it, by device and inode; or a folder with a mount beneath it.
     private static func checkPlace(_ fd: Int32, host: String, isFolder: Bool, store: Store, mounts: [NodeAncestry.Mount]) throws(UserError) {
         guard let grant = NodeAncestry.node(fd), let storeRoot = NodeAncestry.node(store.rootFD) else {
-            throw UserError("cannot grant \(host): \(Errno.current)")
+            throw UserError.failed("cannot grant \(host)", Errno.current)
         }
         for forbidden in ["/", "/tmp"] {
             let other = NodeAncestry.openPath(Array(forbidden.utf8), flags: 0)

@@ -156,7 +156,7 @@ public final class GroupMount {
     /// Opens (making it) the lock file `name` in the group's state folder, following no symlink.
     static func lockFile(_ store: Store, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(store.stateFD, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
-        guard fd >= 0 else { throw UserError("cannot open \(store.statePath)/\(ContainerPath.printable(name)): \(Errno.current)") }
+        guard fd >= 0 else { throw UserError.failed("cannot open \(store.statePath)/\(ContainerPath.printable(name))", Errno.current) }
         ownedLikeTheFolder(fd, store.stateFD)
         return fd
     }

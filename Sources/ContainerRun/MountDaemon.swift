@@ -50,7 +50,7 @@ public enum MountDaemon {
     /// process ends, SIGKILL included. The caller closes the write end once it has unmounted.
     public static func startTied(store: String, mountpoint: String, options: [String]) throws(UserError) -> (pid: pid_t, lifeline: Int32) {
         var lifelineFDs: [Int32] = [0, 0]
-        guard pipe(&lifelineFDs) == 0 else { throw UserError("cannot start the daemon: \(Errno.current)") }
+        guard pipe(&lifelineFDs) == 0 else { throw UserError.failed("cannot start the daemon", Errno.current) }
         // No program this process starts may hold the write end (`run` spawns from this thread only).
         _ = fcntl(lifelineFDs[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(lifelineFDs[1], F_SETFD, FD_CLOEXEC)
@@ -68,9 +68,9 @@ public enum MountDaemon {
         // Above 4, so that the dup2 to 3 below cannot overwrite it before it is moved to 4.
         let lifelineCopy = lifeline.map { fcntl($0, F_DUPFD_CLOEXEC, 10) } ?? -1
         defer { if lifelineCopy >= 0 { close(lifelineCopy) } }
-        if lifeline != nil, lifelineCopy < 0 { throw UserError("cannot start the daemon: \(Errno.current)") }
+        if lifeline != nil, lifelineCopy < 0 { throw UserError.failed("cannot start the daemon", Errno.current) }
         var pipeFDs: [Int32] = [0, 0]
-        guard pipe(&pipeFDs) == 0 else { throw UserError("cannot start the daemon: \(Errno.current)") }
+        guard pipe(&pipeFDs) == 0 else { throw UserError.failed("cannot start the daemon", Errno.current) }
         let (readEnd, writeEnd) = (pipeFDs[0], pipeFDs[1])
         // Neither end may leak into other children; the spawn's dup2 gives the daemon its copy.
         _ = fcntl(readEnd, F_SETFD, FD_CLOEXEC)
@@ -107,7 +107,7 @@ public enum MountDaemon {
         let status = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, argv, environ)
         close(writeEnd)
         defer { close(readEnd) }
-        guard status == 0 else { throw UserError("cannot start the daemon: \(Errno(status))") }
+        guard status == 0 else { throw UserError.cannotStart("cannot start the daemon", Errno(status)) }
 
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)

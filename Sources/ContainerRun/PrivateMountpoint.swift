@@ -27,13 +27,13 @@ struct PrivateMountpoint {
 
     func make(owner: HostAppUser?) throws(UserError) -> String {
         var template = Array("/tmp/\(prefix)XXXXXX".utf8CString)
-        guard let base = mkdtemp(&template) else { throw UserError("cannot make a \(purpose) mount point in /tmp: \(Errno.current)") }
+        guard let base = mkdtemp(&template) else { throw UserError.failed("cannot make a \(purpose) mount point in /tmp", Errno.current) }
         let mountpoint = MountEntry.absolute(String(cString: base) + "/" + leaf)
-        guard mkdir(mountpoint, 0o700) == 0 else { throw UserError("cannot make a \(purpose) mount point in /tmp: \(Errno.current)") }
+        guard mkdir(mountpoint, 0o700) == 0 else { throw UserError.failed("cannot make a \(purpose) mount point in /tmp", Errno.current) }
         if let owner, chown(base, 0, owner.gid) != 0 || chmod(base, 0o750) != 0 {
             let error = Errno.current
             remove(mountpoint)
-            throw UserError("cannot open the \(purpose) folder \(String(cString: base)) to \(HostAppUser.name): \(error)")
+            throw UserError.failed("cannot open the \(purpose) folder \(String(cString: base)) to \(HostAppUser.name)", error)
         }
         return mountpoint
     }

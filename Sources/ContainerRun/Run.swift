@@ -192,10 +192,10 @@ public struct Run {
             FileHandleOutput.standardError.write("containerfs: " + shown.map { "\($0.identifier) at \($0.inside)" }.joined(separator: ", ") + "\n")
         }
         var info: [Int32] = [0, 0], filter: [Int32] = [0, 0]
-        guard pipe(&info) == 0 else { throw UserError("cannot start bubblewrap: \(Errno.current)") }
+        guard pipe(&info) == 0 else { throw UserError.failed("cannot start bubblewrap", Errno.current) }
         guard pipe(&filter) == 0 else {
             info.forEach { close($0) }
-            throw UserError("cannot start bubblewrap: \(Errno.current)")
+            throw UserError.failed("cannot start bubblewrap", Errno.current)
         }
         // Only bubblewrap gets bubblewrap's ends, through the spawn's dup2.
         for fd in info + filter { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -310,7 +310,7 @@ public struct Run {
         let sources = passing.map { fcntl($0.fd, F_DUPFD_CLOEXEC, 64) }
         defer { sources.forEach { if $0 >= 0 { close($0) } } }
         if let failed = sources.firstIndex(where: { $0 < 0 }) {
-            throw UserError("cannot run \(path): descriptor \(passing[failed].fd): \(Errno.current)")
+            throw UserError.failed("cannot run \(path): descriptor \(passing[failed].fd)", Errno.current)
         }
         for (source, item) in zip(sources, passing) { posix_spawn_file_actions_adddup2(&actions, source, item.as) }
         clinux_spawn_close_from(&actions, (passing.map(\.as).max() ?? 2) + 1)
@@ -333,7 +333,7 @@ public struct Run {
         defer { envp.forEach { free($0) } }
         var pid: pid_t = 0
         let status = DescriptorLimit.asFound { posix_spawnp(&pid, path, &actions, &attributes, argv, envp) }
-        guard status == 0 else { throw UserError("cannot run \(path): \(Errno(status))") }
+        guard status == 0 else { throw UserError.cannotStart("cannot run \(path)", Errno(status)) }
         return pid
     }
 

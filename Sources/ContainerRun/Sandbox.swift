@@ -113,7 +113,8 @@ public struct Sandbox {
         var binds: [String] = []
         for path in readOnlyBinds {
             guard let resolved = realpath(path, nil) else {
-                throw UserError("cannot show \(path) inside: \(Errno.current); name an existing host path with --bind-ro")
+                let error = Errno.current
+                throw UserError("cannot show \(path) inside: \(error); \(error.advice(whenMissing: "name an existing host path with --bind-ro"))")
             }
             let bind = String(cString: resolved)
             free(resolved)
@@ -264,7 +265,7 @@ public struct Sandbox {
     /// root's program gets as `/dev/null` and the rest, nodes it can use but not chmod,
     /// chown, touch or label (EROFS), and that are not the host's. `removeDevices` undoes it.
     static func makeDevices(in folder: String) throws(UserError) {
-        func failure(_ what: String) -> UserError { UserError("cannot make the sandbox's /dev in \(folder): \(what): \(Errno.current)") }
+        func failure(_ what: String) -> UserError { UserError.failed("cannot make the sandbox's /dev in \(folder): \(what)", Errno.current) }
         guard mkdir(folder, 0o755) == 0 else { throw failure("mkdir") }
         guard mount("tmpfs", folder, "tmpfs", UInt(MS_NOSUID | MS_NOEXEC), "mode=0755,size=16k") == 0 else { throw failure("mount") }
         for name in devices {

@@ -26,7 +26,7 @@ extension Store {
         }
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
-            throw UserError("cannot create \(path): its parent folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+            throw UserError.folderUnavailable("cannot create \(path)", folder: parentPath, role: "parent folder", Errno.current)
         }
         defer { close(parentFD) }
         var info = stat()
@@ -136,7 +136,7 @@ extension Store {
         var info = stat()
         guard withCName(Array(identifier.utf8), { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
             if errno == ENOENT { return nil }
-            throw UserError("cannot reach the group container \(path): \(Errno.current)")
+            throw UserError.failed("cannot reach the group container \(path)", Errno.current)
         }
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw UserError("\(path) is not a folder (a symlink, a file): a group container is a real folder beside its apps; move it away")

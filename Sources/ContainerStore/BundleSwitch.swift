@@ -77,7 +77,7 @@ public enum BundleSwitch {
             do {
                 taken = try Lock(stateFD: store.stateFD, wait: false)
             } catch {
-                throw UserError("cannot lock \(store.statePath)/update.lock: \(error)")
+                throw UserError.failed("cannot lock \(store.statePath)/update.lock", error)
             }
             guard let taken else {
                 throw UserError("another update or offload of \(store.path) is in progress: wait for it to end")

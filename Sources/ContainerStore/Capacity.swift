@@ -39,7 +39,7 @@ public enum Capacity {
         do throws(Errno) {
             try write(stateFD: store.stateFD, capacity)
         } catch {
-            throw UserError("cannot set the capacity of \(store.path): \(error)")
+            throw UserError.failed("cannot set the capacity of \(store.path)", error)
         }
     }
 

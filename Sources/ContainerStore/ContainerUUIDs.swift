@@ -45,7 +45,7 @@ public struct ContainerUUIDs: Equatable, Sendable {
             }
         } catch {
             _ = withCName(temporary) { unlinkat(store.stateFD, $0, 0) }
-            throw UserError("cannot record the container's UUIDs in \(store.statePath): \(error)")
+            throw UserError.failed("cannot record the container's UUIDs in \(store.statePath)", error)
         }
         return uuids
     }
@@ -73,7 +73,7 @@ public struct ContainerUUIDs: Equatable, Sendable {
             let linked = withCName(temporary) { from in withCName(groupFileName) { to in linkat(group.stateFD, from, group.stateFD, to, 0) } }
             if linked != 0, errno != EEXIST { throw Errno.current }
         } catch {
-            throw UserError("cannot record the group's UUID in \(group.statePath): \(error)")
+            throw UserError.failed("cannot record the group's UUID in \(group.statePath)", error)
         }
         guard let recorded = recordedGroup(group) else {
             throw UserError("the group's UUID recorded in \(group.statePath) is damaged: remove \(group.statePath)/ios-uuid, the next run draws a new one")

@@ -74,7 +74,7 @@ public enum ControlChannel {
     /// does not track durability.
     public static func powerCut(_ store: Store) throws(UserError) -> String {
         guard MountLock.holder(store) != nil else {
-            throw UserError("store \(store.path) is not mounted: a power cut needs a live mount with -o power-loss")
+            throw UserError("store \(store.path) is not mounted: a power cut needs a live mount with -o power-loss; mount it with 'containerfs mount \(store.path) MOUNTPOINT -o power-loss'")
         }
         let reply = try converse(store, [powerCutCommand], replyCapacity: 128)
         let text = String(decoding: reply, as: UTF8.self)
@@ -95,7 +95,7 @@ public enum ControlChannel {
     /// does not count them (mounted without `-o count-requests`).
     public static func requestCounts(_ store: Store) throws(UserError) -> [String: UInt64]? {
         guard MountLock.holder(store) != nil else {
-            throw UserError("store \(store.path) is not mounted")
+            throw UserError("store \(store.path) is not mounted: its daemon counts the requests; mount it with 'containerfs mount \(store.path) MOUNTPOINT -o count-requests'")
         }
         let reply = try converse(store, [requestsCommand], replyCapacity: 4096)
         let words = String(decoding: reply, as: UTF8.self).split(separator: " ")
@@ -134,7 +134,10 @@ public enum ControlChannel {
     /// end of the batch from the closed write side instead of an empty message.
     static func converse(_ store: Store, _ messages: [[UInt8]], replyCapacity: Int, closingWrites: Bool = false) throws(UserError) -> [UInt8] {
         let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw UserError("cannot reach the daemon of \(store.path): \(Errno.current)") }
+        guard fd >= 0 else {
+            let error = Errno.current
+            throw UserError("cannot reach the daemon of \(store.path): \(error); \(error.advice ?? "check that it runs with 'containerfs status \(store.path)', and try again")")
+        }
         defer { close(fd) }
         // The socket is in the store, whose owner could serve one that never answers in the
         // daemon's place: root's command gives up rather than wait for it forever.
@@ -151,7 +154,9 @@ public enum ControlChannel {
         }
         for bytes in messages {
             let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard sent == bytes.count else { throw UserError("the daemon of \(store.path) stopped answering: \(Errno.current)") }
+            guard sent == bytes.count else {
+                throw UserError("the daemon of \(store.path) stopped answering (\(Errno.current)): see 'containerfs status \(store.path)'; if it does not recover, unmount and mount it again")
+            }
         }
         if closingWrites { shutdown(fd, Int32(SHUT_WR)) }
         var reply = [UInt8](repeating: 0, count: replyCapacity)

@@ -23,7 +23,7 @@ public enum Delivery {
         // The path is bytes, as given: a name that is not UTF-8 is a name like any other.
         let shown = ContainerPath.printable(source)
         var info = stat()
-        guard withCName(source, { lstat($0, &info) }) == 0 else { throw UserError("cannot read \(shown): \(Errno.current)") }
+        guard withCName(source, { lstat($0, &info) }) == 0 else { throw UserError.failed("cannot read \(shown)", Errno.current) }
         let type = info.st_mode & S_IFMT
         guard type == S_IFREG || type == S_IFDIR else {
             throw UserError("\(shown) is not a file or folder: only files and folders can be delivered")
@@ -82,7 +82,8 @@ public enum Delivery {
             let shown = ContainerPath.printable(source)
             var info = stat()
             guard withCName(source, { lstat($0, &info) }) == 0 else {
-                throw UserError("cannot read \(shown) (\(Errno.current)): name an existing file or folder to deliver; nothing was delivered")
+                let error = Errno.current
+                throw UserError("cannot read \(shown) (\(error)): \(error.advice(whenMissing: "name an existing file or folder to deliver")); nothing was delivered")
             }
             let type = info.st_mode & S_IFMT
             guard type == S_IFREG || type == S_IFDIR else {

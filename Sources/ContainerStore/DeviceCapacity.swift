@@ -31,7 +31,7 @@ public enum DeviceCapacity {
     static func stateFolder(_ deviceFD: Int32, creating: Bool) throws(UserError) -> Int32? {
         if creating {
             let made = withCName(folderName) { mkdirat(deviceFD, $0, 0o700) }
-            if made != 0, errno != EEXIST { throw UserError("cannot make the device's state folder: \(Errno.current)") }
+            if made != 0, errno != EEXIST { throw UserError.failed("cannot make the device's state folder", Errno.current) }
             var device = stat()
             if made == 0, geteuid() == 0, fstat(deviceFD, &device) == 0 {
                 _ = withCName(folderName) { fchownat(deviceFD, $0, device.st_uid, device.st_gid, AT_SYMLINK_NOFOLLOW) }
@@ -40,7 +40,7 @@ public enum DeviceCapacity {
         let fd = withCName(folderName) { openat(deviceFD, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else {
             if errno == ENOENT, !creating { return nil }
-            throw UserError("cannot open the device's state folder: \(Errno.current)")
+            throw UserError.failed("cannot open the device's state folder", Errno.current)
         }
         return fd
     }
@@ -92,7 +92,7 @@ public enum DeviceCapacity {
                 _ = withCName(capacityName) { unlinkat(state, $0, 0) }
             }
         } catch {
-            throw UserError("cannot record the device's capacity in \(path)/.containerfs-device: \(error)")
+            throw UserError.failed("cannot record the device's capacity in \(path)/.containerfs-device", error)
         }
     }
 
@@ -224,7 +224,7 @@ public enum DeviceCapacity {
     static func openLock(_ state: Int32, _ name: [UInt8]) throws(UserError) -> Int32 {
         let fd = withCName(name) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600) }
         guard fd >= 0 else {
-            throw UserError("cannot open the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device: \(Errno.current)")
+            throw UserError.failed("cannot open the device's \(String(decoding: name, as: UTF8.self)) in .containerfs-device", Errno.current)
         }
         guard isOwnFile(fd) else {
             close(fd)
@@ -305,7 +305,7 @@ public final class DeviceLedger: Sendable {
         let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard ledger >= 0 else {
             close(attached)
-            throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
+            throw UserError.failed("cannot open the device's ledger in \(devicePath)/.containerfs-device", Errno.current)
         }
         guard DeviceCapacity.isOwnFile(ledger) else {
             close(ledger)

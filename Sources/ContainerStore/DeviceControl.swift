@@ -115,7 +115,7 @@ public enum ProtectionSetting {
         }
         for node in nodes {
             guard value.withUnsafeBytes({ clinux_node_setxattr(node.fd, ProtectionClass.attributeName, $0.baseAddress, $0.count, 0) }) == 0 else {
-                throw UserError("cannot set the protection class of \(node.path): \(Errno.current)")
+                throw UserError.failed("cannot set the protection class of \(node.path)", Errno.current)
             }
         }
         return nodes.map(\.relative)

@@ -69,7 +69,7 @@ public final class DeviceInstall {
         if try DeviceCapacity.ledger(devicePath: devicePath)?.attached == true {
             let ledger = withCName(DeviceCapacity.ledgerName) { openat(state, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
             guard ledger >= 0 else {
-                throw UserError("cannot open the device's ledger in \(devicePath)/.containerfs-device: \(Errno.current)")
+                throw UserError.failed("cannot open the device's ledger in \(devicePath)/.containerfs-device", Errno.current)
             }
             defer { close(ledger) }
             var fits = false

@@ -106,7 +106,7 @@ public enum FileSharing {
         defer { close(folder) }
         let names: [[UInt8]]
         do { names = try Directory.entries(of: folder).map(\.name) } catch {
-            throw UserError("cannot list \(containerPath(components)): \(error)")
+            throw UserError.failed("cannot list \(containerPath(components))", error)
         }
         var entries: [Entry] = []
         for name in names where name.first != UInt8(ascii: ".") && !(components.isEmpty && name == inbox) {
@@ -137,7 +137,8 @@ public enum FileSharing {
         let target = containerPath(components)
         var info = stat()
         guard withCName(sourcePath, { lstat($0, &info) }) == 0 else {
-            throw UserError("cannot read \(source) (\(Errno.current)): name an existing file or folder to put")
+            let error = Errno.current
+            throw UserError("cannot read \(source) (\(error)): \(error.advice(whenMissing: "name an existing file or folder to put"))")
         }
         let sourceType = info.st_mode & S_IFMT
         guard sourceType == S_IFREG || sourceType == S_IFDIR else {
@@ -224,7 +225,7 @@ public enum FileSharing {
         guard !leaf.isEmpty, leaf != [0x2E], leaf != [0x2E, 0x2E] else { throw UserError.usage("\(shown) names no file") }
         // The folder found above, not a symlink put in its place since.
         let parent = withCName(folder) { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (exists ? O_NOFOLLOW : 0)) }
-        guard parent >= 0 else { throw UserError("cannot write into \(ContainerPath.printable(folder)): \(Errno.current)") }
+        guard parent >= 0 else { throw UserError.failed("cannot write into \(ContainerPath.printable(folder))", Errno.current) }
         defer { close(parent) }
         let temporary = StagingName.random(beside: leaf, "getting")
         var leftOut = 0
@@ -254,7 +255,7 @@ public enum FileSharing {
         defer { close(parent) }
         switch type(of: name, in: parent) {
         case S_IFREG:
-            guard withCName(name, { unlinkat(parent, $0, 0) }) == 0 else { throw UserError("cannot remove \(target): \(Errno.current)") }
+            guard withCName(name, { unlinkat(parent, $0, 0) }) == 0 else { throw UserError.failed("cannot remove \(target)", Errno.current) }
         case S_IFDIR:
             removeTree(at: parent, name)
             if type(of: name, in: parent) != nil { throw UserError("cannot remove all of \(target): some entries could not be deleted") }
@@ -281,7 +282,7 @@ public enum FileSharing {
         let renamed = withCName(fromName) { old in
             withCName(toName) { new in clinux_renameat2(fromParent, old, toParent, new, clinux_RENAME_NOREPLACE) }
         }
-        guard renamed == 0 else { throw UserError("cannot move \(source) to \(target): \(Errno.current)") }
+        guard renamed == 0 else { throw UserError.failed("cannot move \(source) to \(target)", Errno.current) }
         return [source, target]
     }
 
@@ -331,7 +332,7 @@ public enum FileSharing {
         } catch let error as UserError {
             throw error
         } catch {
-            throw UserError("cannot write \(target): \(error)")
+            throw UserError.failed("cannot write \(target)", error)
         }
         return target
     }

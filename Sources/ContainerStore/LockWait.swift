@@ -34,7 +34,7 @@ public enum LockWait {
     public static func take(_ fd: Int32, _ operation: Int32, _ what: String, patience: Double = LockWait.patience) throws(UserError) {
         if attempt(fd, operation, within: patience) { return }
         if errno != EWOULDBLOCK {
-            throw UserError("cannot lock \(what): \(Errno.current)")
+            throw UserError.failed("cannot lock \(what)", Errno.current)
         }
         throw UserError(heldMessage(what, waited: patience, holder: holder(of: fd)), exitCode: exitCode)
     }

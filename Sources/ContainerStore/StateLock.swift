@@ -12,7 +12,7 @@ final class StateLock {
     init?(store: Store, name: [UInt8]) throws(UserError) {
         let fd = withCName(name) { openat(store.stateFD, $0, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard fd >= 0 else {
-            throw UserError("cannot open \(store.statePath)/\(ContainerPath.printable(name)): \(Errno.current)")
+            throw UserError.failed("cannot open \(store.statePath)/\(ContainerPath.printable(name))", Errno.current)
         }
         // Its record is truncated and rewritten: never through a second name of another file.
         guard isSoleName(fd) else {

@@ -14,7 +14,7 @@ extension Store {
         let (parentPath, leaf) = splitParent(path)
         let parentFD = Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentFD >= 0 else {
-            throw UserError("cannot create \(path): its parent folder \(parentPath) does not exist or cannot be opened (\(Errno.current))")
+            throw UserError.folderUnavailable("cannot create \(path)", folder: parentPath, role: "parent folder", Errno.current)
         }
         defer { close(parentFD) }
         try checkTargetIsFree(parentFD, leaf, path: path)

@@ -27,6 +27,36 @@ extension UserError {
         guard let advice = (error as? Errno)?.advice else { return UserError("\(lead): \(error)") }
         return UserError("\(lead): \(error); \(advice)")
     }
+
+    /// `LEAD: its folder FOLDER does not exist; WHAT TO DO` for a new path (a store, an
+    /// archive) whose folder must be there already; `LEAD: its folder FOLDER cannot be
+    /// opened: ERROR; WHAT TO DO` when it is there but refused. `role` names the folder
+    /// ("folder", "parent folder").
+    public static func folderUnavailable(_ lead: String, folder: String, role: String = "folder", _ error: Errno) -> UserError {
+        if error.code == ENOENT {
+            return UserError("\(lead): its \(role) \(folder) does not exist; make it first (mkdir -p), or name a path in a folder that exists")
+        }
+        return failed("\(lead): its \(role) \(folder) cannot be opened", error)
+    }
+
+    /// `LEAD: ERROR; WHAT TO DO` for a program that could not be started (`posix_spawn`'s
+    /// error): not there, not executable, or the machine out of processes or memory.
+    public static func cannotStart(_ lead: String, _ error: Errno) -> UserError {
+        guard let advice = startAdvice(error) else { return UserError("\(lead): \(error)") }
+        return UserError("\(lead): \(error); \(advice)")
+    }
+
+    /// `posix_spawn`'s errno, as `cannotStart` explains it (EAGAIN is a process limit here,
+    /// not the lock `Errno.advice` takes it for).
+    private static func startAdvice(_ error: Errno) -> String? {
+        switch error.code {
+        case ENOENT: "no such program: name one on PATH, or give its full path"
+        case EACCES: "it is not an executable file, or a folder above it cannot be searched: check their modes (ls -l), or name another program"
+        case ENOEXEC: "it is not a program this machine can run: name another"
+        case EAGAIN: "too many processes are running: wait for some to end (or raise ulimit -u), and try again"
+        default: error.advice
+        }
+    }
 }
 
 extension Errno {
@@ -45,7 +75,18 @@ extension Errno {
         case EEXIST: "something is in the way: remove it, or choose another name"
         case ENAMETOOLONG: "a name or the path is too long: choose a shorter one"
         case EWOULDBLOCK: "another process keeps a lock on its folder (see /proc/locks): try again once it ends"
+        case ENOTCONN: "a mount on the way has lost its daemon: unmount it (fusermount3 -u MOUNTPOINT), and try again"
+        case EBUSY: "it is in use (a mount, or a program holding it): end that use, and try again"
+        case ETIMEDOUT: "it did not answer in time: check that it is reachable, and try again"
+        case ENOMEM, ENOBUFS: "the machine is short of memory: free some, and try again"
         default: nil
         }
+    }
+
+    /// What to do about a path the user named that could not be reached: `missing` (name
+    /// an existing one…) when it is not there; when it is there but refused (no permission,
+    /// a symlink in the way), that errno's own advice.
+    public func advice(whenMissing missing: String) -> String {
+        code == ENOENT || code == ENOTDIR ? missing : advice ?? missing
     }
 }

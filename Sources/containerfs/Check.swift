@@ -86,12 +86,16 @@ struct CheckOptions: ParsableArguments {
         do {
             try Data(text.utf8).write(to: URL(fileURLWithPath: aside))
         } catch {
+            // Foundation's wording names the working name: its errno, with what to do, instead.
+            if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? POSIXError {
+                throw UserError.failed("cannot write the JUnit report \(junit)", Errno(underlying.code.rawValue))
+            }
             throw UserError("cannot write the JUnit report \(junit): \(error.localizedDescription)")
         }
         guard rename(aside, junit) == 0 else {
             let error = Errno.current
             unlink(aside)
-            throw UserError("cannot write the JUnit report \(junit): \(error)")
+            throw UserError.failed("cannot write the JUnit report \(junit)", error)
         }
     }
 

@@ -359,6 +359,83 @@ struct CLIErrorTests {
         expectUserError(result, status: 64, mentions: ["notaurl"], advice: ["write s3://BUCKET"])
     }
 
+    // MARK: what the system refused, and what to do about it
+
+    /// `power-cut` needs the daemon of a live mount: on a container that is not mounted,
+    /// the line says how to mount it, not only that it is not.
+    @Test func aCommandNeedingTheDaemonSaysHowToMount() throws {
+        let container = try MountedContainer()
+        let result = try unchangedStore(container) { try containerfs(["power-cut", container.store]) }
+        expectUserError(result, status: 1, mentions: [container.store, "not mounted"],
+                        advice: ["containerfs mount \(container.store) MOUNTPOINT -o power-loss"])
+    }
+
+    /// A new store or archive in a folder that does not exist: the line says to make the
+    /// folder first, and nothing is made (not the folder either).
+    @Test func createBackupAndRestoreIntoAFolderThatDoesNotExist() throws {
+        let container = try MountedContainer()
+        let missing = container.base + "/nofolder"
+        let archive = container.base + "/backup.tar"
+        #expect(try containerfs(["backup", container.store, archive]).status == 0)
+        let bundle = container.base + "/Demo.app"
+        for arguments in [["backup", container.store, missing + "/backup.tar"],
+                          ["restore", archive, missing + "/restored", "--bundle", bundle],
+                          ["create", missing + "/store", "--bundle", bundle]] {
+            let result = try unchangedStore(container) { try containerfs(arguments) }
+            expectUserError(result, status: 1, mentions: [missing, "does not exist"], advice: ["make it first (mkdir -p)"])
+        }
+        #expect(!FileManager.default.fileExists(atPath: missing))
+    }
+
+    /// `share get` into a host folder that does not exist, and `share mv` onto a name that
+    /// is taken: the errno and what to do about it.
+    @Test func shareRefusedByTheSystemSaysWhatToDo() throws {
+        let plist = Array(#"<plist version="1.0"><dict><key>UIFileSharingEnabled</key><true/></dict></plist>"#.utf8)
+        let container = try MountedContainer(infoPlist: plist)
+        for name in ["a.txt", "b.txt"] { try Data("\(name)\n".utf8).write(to: URL(fileURLWithPath: container.stored("Documents/" + name))) }
+        let store = container.store, missing = container.base + "/nofolder"
+        let cases: [([String], [String], String)] = [
+            (["share", store, "get", "a.txt", missing + "/a.txt"], [missing, "No such file or directory"], "check that the path"),
+            (["share", store, "mv", "a.txt", "b.txt"], ["Documents/b.txt", "File exists"], "remove it, or choose another name"),
+        ]
+        for (arguments, mentions, advice) in cases {
+            let result = try unchangedStore(container) { try containerfs(arguments) }
+            expectUserError(result, status: 1, mentions: mentions, advice: [advice])
+        }
+        #expect(!FileManager.default.fileExists(atPath: missing))
+    }
+
+    /// A path that is there but that the user may not reach (in a folder of root's she
+    /// cannot enter), named to `deliver`, `share put`, `run --grant` or `check --junit`: the
+    /// line says it is a matter of permission, not to name an existing file (nor, for the
+    /// report, Foundation's wording).
+    @Test func anUnreachablePathIsNamedAsSuch() throws {
+        let alice = "cfs-alice"
+        let plist = Array(#"<plist version="1.0"><dict><key>UIFileSharingEnabled</key><true/></dict></plist>"#.utf8)
+        let container = try MountedContainer(user: alice, infoPlist: plist)
+        let secret = container.base + "/secret", source = container.base + "/secret/report.txt"
+        try FileManager.default.createDirectory(atPath: secret, withIntermediateDirectories: false)
+        try Data("report\n".utf8).write(to: URL(fileURLWithPath: source))
+        #expect(chown(secret, 0, 0) == 0 && chmod(secret, 0o700) == 0)
+        for arguments in [["deliver", container.store, source], ["share", container.store, "put", source],
+                          ["run", container.store, "--grant", source, "--", "true"]] {
+            let result = try unchangedStore(container) { try containerfs(arguments, user: alice) }
+            expectUserError(result, status: 1, mentions: [source, "Permission denied"], advice: ["this user may not"])
+        }
+        let report = secret + "/report.xml"
+        let result = try unchangedStore(container) { try containerfs(["check", container.store, "--junit", report], user: alice) }
+        expectUserError(result, status: 1, mentions: [report, "Permission denied"], advice: ["this user may not"])
+    }
+
+    /// `run --no-confine` of a program that is not there: one line naming it, and how to
+    /// name one that is; nothing is left mounted.
+    @Test func runOfAMissingProgramSaysHowToNameOne() throws {
+        let container = try MountedContainer()
+        let result = try containerfs(["run", container.store, "--no-confine", "--", "cfs-no-such-program"])
+        expectUserError(result, status: 1, mentions: ["cfs-no-such-program", "No such file or directory"], advice: ["give its full path"])
+        #expect(!isMountPoint(container.mountpoint))
+    }
+
     // MARK: unmount and audit
 
     @Test func unmountAFolderThatIsNotAMount() throws {
