@@ -286,47 +286,34 @@ struct BackupWriter {
                 return true
             }
             try writer.writeHeader(fileHeader)
-            // A large file is hashed on the second core while it is read and written; a
-            // small one here (handing it over would cost more than hashing it).
-            let inBackground = before.st_size >= Backup.backgroundHashSize
-            var hasher = SHA256()
-            if inBackground { backgroundHasher.reset() }
-            var remaining = Int64(before.st_size)
-            var offset: Int64 = 0
+            // Hashed while it is read and written (a large file on the second core).
+            var digest = DigestStream(size: Int64(before.st_size), background: backgroundHasher, buffers: buffers)
             var changed = false
-            var slot = 0
-            while remaining > 0 {
-                let buffer = buffers[slot]
-                if inBackground { backgroundHasher.waitForSlot(slot) }
-                let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), remaining)), off_t(offset)) }
+            while digest.count < Int64(before.st_size) {
+                let buffer = digest.nextBuffer()
+                let offset = digest.count
+                let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), Int64(before.st_size) - offset)), off_t(offset)) }
                 if count == 0 {
                     changed = true  // it shrank
                     break
                 }
                 let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-                if inBackground {
-                    backgroundHasher.update(chunk, slot: slot)
-                    slot ^= 1
-                } else {
-                    hasher.update(bufferPointer: chunk)
-                }
+                digest.update(inBuffer: chunk)
                 try writer.writeData(chunk)
-                remaining -= Int64(count)
-                offset += Int64(count)
-                progress?(summary.bytes + offset, set.totalBytes)
+                progress?(summary.bytes + digest.count, set.totalBytes)
             }
             var after = stat()
             try sys { fstat(fd, &after) }
             if changed || after.st_size != before.st_size || !same(after.st_mtim, before.st_mtim) || !same(after.st_ctim, before.st_ctim) {
                 // Take the entry back (libarchive fills a short entry with zeros as it
                 // finishes it); the sink still holds every byte since `mark`, or truncates.
+                digest.abandon()  // the buffers are read into again at once
                 try writer.finishEntry()
                 try writer.sink.rewind(to: mark)
                 continue
             }
             try writer.finishEntry()
-            let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
-            try record(.file(item.path, sha256: digest))
+            try record(.file(item.path, sha256: digest.finalize()))
             if before.st_nlink > 1 { written[identity] = (item.path, before.st_ctim) }
             summary.files += 1
             summary.bytes = summary.bytes.addingSaturated(Int64(before.st_size))
@@ -372,16 +359,8 @@ extension BackupWriter {
     /// Writes a sparse entry's data: each hole passed to libarchive (which skips it), each
     /// region read and hashed. Returns the manifest's digest, or nil if the file shrank.
     mutating func writeSparseData(_ fd: Int32, _ map: SparseMap) throws -> [UInt8]? {
-        // Much data is hashed on the second core, as a plain file's is.
-        let inBackground = map.dataBytes >= Backup.backgroundHashSize
-        var hasher = SHA256()
-        var slot = 0
-        if inBackground {
-            backgroundHasher.reset()
-            map.digestPrefix.withUnsafeBytes { backgroundHasher.feed($0, through: buffers, slot: &slot) }
-        } else {
-            hasher.update(data: map.digestPrefix)
-        }
+        // The map first, then the data (much of it hashed on the second core).
+        var digest = DigestStream(size: map.dataBytes, prefix: map.digestPrefix, background: backgroundHasher, buffers: buffers)
         var position: Int64 = 0
         try writer.startSparseData()
         for region in map.regions {
@@ -389,27 +368,21 @@ extension BackupWriter {
             var offset = region.offset
             let end = region.offset + region.length
             while offset < end {
-                let buffer = buffers[slot]
-                if inBackground { backgroundHasher.waitForSlot(slot) }
+                let buffer = digest.nextBuffer()
                 let count = try sys { pread(fd, buffer.baseAddress, Int(min(Int64(buffer.count), end - offset)), off_t(offset)) }
                 if count == 0 {  // it shrank
-                    if inBackground { backgroundHasher.drain() }  // the buffers are read again at once
+                    digest.abandon()  // the buffers are read into again at once
                     return nil
                 }
                 let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-                if inBackground {
-                    backgroundHasher.update(chunk, slot: slot)
-                    slot ^= 1
-                } else {
-                    hasher.update(bufferPointer: chunk)
-                }
+                digest.update(inBuffer: chunk)
                 try writer.writeData(chunk)
                 offset += Int64(count)
                 progress?(summary.bytes.addingSaturated(offset), set.totalBytes)
             }
             position = end
         }
-        return inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
+        return digest.finalize()
     }
 }
 

@@ -2,7 +2,6 @@ import CLinux
 import ContainerPolicy
 import ContainerSigning
 import ContainerStore
-import Crypto
 import Foundation
 import Glibc
 
@@ -348,41 +347,22 @@ private struct ArchivePass {
                 return
             }
             // A large file is hashed on the second core: each chunk copied out of
-            // libarchive's buffer (valid only until the next read) into one of two buffers.
-            let inBackground = entry.size >= Backup.backgroundHashSize
-            var hasher = SHA256()
-            if inBackground { backgroundHasher.reset() }
-            var size: Int64 = 0
-            var slot = 0
+            // libarchive's buffer (valid only until the next read).
+            var digest = DigestStream(size: entry.size, background: backgroundHasher, buffers: buffers)
             try reader.readData { chunk in
-                if inBackground {
-                    var start = 0
-                    while start < chunk.count {
-                        let buffer = buffers[slot]
-                        let count = min(buffer.count, chunk.count - start)
-                        backgroundHasher.waitForSlot(slot)
-                        buffer.baseAddress!.copyMemory(from: chunk.baseAddress! + start, byteCount: count)
-                        backgroundHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), slot: slot)
-                        slot ^= 1
-                        start += count
-                    }
-                } else {
-                    hasher.update(bufferPointer: chunk)
-                }
+                digest.update(copying: chunk)
                 var done = 0
                 while done < chunk.count {
                     let start = done
                     done += try sys { write(fd, chunk.baseAddress! + start, chunk.count - start) }
                 }
-                size += Int64(chunk.count)
             }
-            guard size == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
-            let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
-            guard BackupManifest.Record.file(path, sha256: digest) == record else {
+            guard digest.count == entry.size else { throw ArchiveFailure(description: "entry \(path) is shorter than its header says") }
+            guard BackupManifest.Record.file(path, sha256: digest.finalize()) == record else {
                 throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
             }
-            bytes = bytes.addingSaturated(size)
-            dataBytes = dataBytes.addingSaturated(size)
+            bytes = bytes.addingSaturated(digest.count)
+            dataBytes = dataBytes.addingSaturated(digest.count)
             try setAttributes(entry.attributes, fd)
             try sys { fchmod(fd, HandedOverMode.file(entry.permissions)) }
             var times = self.times(entry)
@@ -418,26 +398,14 @@ private struct ArchivePass {
             }
             throw Errno.current
         }
-        // Much data is hashed on the second core, as a plain file's is.
-        let inBackground = map.dataBytes >= Backup.backgroundHashSize
-        var hasher = SHA256()
-        var slot = 0
-        if inBackground {
-            backgroundHasher.reset()
-            map.digestPrefix.withUnsafeBytes { backgroundHasher.feed($0, through: buffers, slot: &slot) }
-        } else {
-            hasher.update(data: map.digestPrefix)
-        }
+        // The map first, then the data (much of it hashed on the second core), as backed up.
+        var digest = DigestStream(size: map.dataBytes, prefix: map.digestPrefix, background: backgroundHasher, buffers: buffers)
         var follower = SparseMap.DataFollower(map)
         try reader.readBlocks { offset, chunk in
             guard follower.accept(offset: offset, length: Int64(chunk.count)) else {
                 throw Refusal("entry \(path) is a sparse file whose data (\(chunk.count) bytes at offset \(offset)) is not where its map puts data: its regions overlap, are out of order or end past its size \(map.size)")
             }
-            if inBackground {
-                backgroundHasher.feed(chunk, through: buffers, slot: &slot)
-            } else {
-                hasher.update(bufferPointer: chunk)
-            }
+            digest.update(copying: chunk)
             var done = 0
             while done < chunk.count {
                 let start = done
@@ -447,8 +415,7 @@ private struct ArchivePass {
         guard follower.isComplete else {
             throw Refusal("entry \(path) is a sparse file whose data ends before its map does (the map announces more data than the entry holds)")
         }
-        let digest = inBackground ? backgroundHasher.finalize() : Array(hasher.finalize())
-        guard BackupManifest.Record.sparseFile(path, sha256: digest) == record else {
+        guard BackupManifest.Record.sparseFile(path, sha256: digest.finalize()) == record else {
             throw Refusal("file \(path) does not match the SHA-256 in its manifest (the archive was changed or damaged)")
         }
         bytes = bytes.addingSaturated(map.size)
