@@ -275,7 +275,7 @@ final class FileSystem: @unchecked Sendable {
         if type == S_IFREG { _ = try admitCreation(caller, in: parent, "mknod") }
         try checkSpaceForCreation()
         try useUmask(of: caller)
-        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
+        _ = try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { mknodat(fd, name, type | permittedMode(mode, type: type), device) } }
         } }
         return try created(caller, directory, name, childName, location)
@@ -301,7 +301,7 @@ final class FileSystem: @unchecked Sendable {
         let (directory, childName, location) = try child(parent, name)
         try check(.create(location), caller, "symlink", [(path(directory, childName), location)])
         try checkSpaceForCreation()
-        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
+        _ = try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { symlinkat(target, fd, name) } }
         } }
         let param = try created(caller, directory, name, childName, location)
@@ -317,7 +317,7 @@ final class FileSystem: @unchecked Sendable {
                   [(path(node), source), (path(directory, childName), location)])
         try checkSpaceForCreation()
         // Linking the /proc/self/fd magic link links the node itself, not a path to it.
-        try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
+        _ = try trackingNames(directory, childName) { () throws(Errno) in try countingFolderGrowth(directory) { () throws(Errno) in
             try inodes.withDescriptor(node) { fd throws(Errno) in
                 try inodes.withDescriptor(directory) { directoryFD throws(Errno) in try sys { clinux_node_link(fd, directoryFD, name) } }
             }
