@@ -415,7 +415,7 @@ struct RunTests {
         #expect(missing.stderr == "containerfs: no store at \(container.base)/nothing: make one with 'containerfs create \(container.base)/nothing --bundle NAME.app'\n")
         let missingProgram = try containerfsRun(container, ["--no-confine"], ["/nonexistent/program"])
         #expect(missingProgram.status == 1)
-        #expect(missingProgram.stderr == "containerfs: cannot run /nonexistent/program: No such file or directory\n")
+        #expect(missingProgram.stderr == "containerfs: cannot run /nonexistent/program: No such file or directory; no such program: name one on PATH, or give its full path\n")
         try expectCleanedUp(container)
     }
 }
