@@ -376,10 +376,8 @@ final class FileSystem: @unchecked Sendable {
     /// Removes `name` from `directory`; a node that loses its last name lets go of its
     /// descriptor when no open file needs it, so its blocks are freed as natively.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> InodeTable.Released {
-        // A folder is let go at once: an `opendir` racing its `rmdir` can still get `ESTALE`.
-        let file = flags & AT_REMOVEDIR == 0
-        let node = removing(directory, name, childName, keeping: file)
-        return try removingName(of: node, keeping: file) { () throws(Errno) in
+        let node = removing(directory, name, childName, keeping: true)
+        return try removingName(of: node, keeping: true) { () throws(Errno) in
             try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
                 try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
             } }
@@ -389,7 +387,15 @@ final class FileSystem: @unchecked Sendable {
     /// Runs `removal`, which takes a name from `node` (nil: not known); with `keeping`, one
     /// that loses its last name is kept until the kernel forgets it (InodeTable.removed),
     /// and with a capacity held as an open file is, its blocks counted as long as they are kept.
+    /// A folder's descriptor is held in use across the removal (a file's is pinned before
+    /// it, `removing`): once removed, no reopen could find it, and the cache must not
+    /// close it before the table keeps it.
     private func removingName(of node: Inode?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
+        guard keeping, let folder = node, folder.isDirectory else { return try removingNameNow(of: node, keeping: keeping, removal) }
+        return try inodes.holdingDescriptor(folder) { () throws(Errno) in try removingNameNow(of: node, keeping: keeping, removal) }
+    }
+
+    private func removingNameNow(of node: Inode?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
         let held = keeping ? node.flatMap { space.isActive && inodes.holdKept($0) ? $0 : nil } : nil
         if let held {
             space.opened(held.key)
@@ -415,7 +421,7 @@ final class FileSystem: @unchecked Sendable {
     }
 
     /// The known node at `name` in `directory`, about to lose that name; a file to be kept
-    /// until the kernel forgets it (`keeping`) is pinned.
+    /// until the kernel forgets it (`keeping`) is pinned (a folder once removed, `removed`).
     private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], keeping: Bool = false) -> Inode? {
         var info = stat()
         guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0 else { return nil }
