@@ -340,7 +340,7 @@ struct NodeTests {
     /// Programs opening, listing, stating and entering a folder (`chdir`, then `stat(".")`
     /// and a listing there) while others make and remove it in a loop get what ext4 gives:
     /// success (a removed folder lists empty) or `ENOENT`, never `ESTALE`. A folder that
-    /// `rmdir` removes is kept until the kernel forgets it, as a file is. For root's daemon
+    /// `rmdir` or a rename over it removes is kept until the kernel forgets it, as a file is. For root's daemon
     /// (attributes cached, and with `timeout=0` and a capacity, whose count stays true) and
     /// an ordinary user's.
     @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false)])
@@ -356,7 +356,7 @@ struct NodeTests {
     }
 
     /// Below argv[1], for argv[2] seconds: two processes make and remove the folder `race/d`
-    /// while four open it (and list the descriptor), list it, stat it, and `chdir` into it
+    /// (one of them also renames another empty folder over it) while four open it (and list the descriptor), list it, stat it, and `chdir` into it
     /// (then stat and list `.`); prints what each got, by errno; exits 1 on anything but
     /// success or ENOENT, or on a maker's error.
     static let folderRaceScript = #"""
@@ -364,10 +364,18 @@ struct NodeTests {
         base, seconds = sys.argv[1] + "/race", float(sys.argv[2])
         os.mkdir(base)
         name = base + "/d"
-        def churn():
+        def churn(replacing):
+            spare = f"{base}/spare{os.getpid()}"
             while time.monotonic() < deadline:
                 try: os.mkdir(name)
                 except FileExistsError: pass
+                if replacing:
+                    # A rename over the empty folder removes it too.
+                    os.mkdir(spare)
+                    try: os.rename(spare, name)
+                    except OSError as e:
+                        os.rmdir(spare)
+                        if e.errno != errno.ENOTEMPTY: raise
                 try: os.rmdir(name)
                 except FileNotFoundError: pass
             return {}
@@ -392,12 +400,12 @@ struct NodeTests {
             return counts
         deadline = time.monotonic() + seconds
         children = {}
-        for kind in ("churn", "churn", "opendir", "listdir", "stat", "chdir"):
+        for kind in ("churn", "replace", "opendir", "listdir", "stat", "chdir"):
             read, write = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(read)
-                try: counts = churn() if kind == "churn" else probe(kind)
+                try: counts = churn(kind == "replace") if kind in ("churn", "replace") else probe(kind)
                 except BaseException as e: counts = {"churn " + repr(e): 1}
                 os.write(write, json.dumps(counts).encode()); os._exit(0)
             os.close(write)
@@ -409,7 +417,7 @@ struct NodeTests {
             os.waitpid(pid, 0)
             counts = json.loads(data or b"{}")
             bad += sum(n for result, n in counts.items() if result not in ("ok", "ENOENT"))
-            if kind != "churn": print(kind, dict(sorted(counts.items())))
+            if kind not in ("churn", "replace"): print(kind, dict(sorted(counts.items())))
         print("unexpected", bad)
         sys.exit(1 if bad else 0)
         """#
