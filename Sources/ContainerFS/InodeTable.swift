@@ -41,6 +41,9 @@ final class Inode: @unchecked Sendable {
     /// Kept open whatever the cache's size: the root, a node whose recorded name was
     /// removed while it has other names or open files.
     var pinned = false
+    /// Pins made by removals of its names (`InodeTable.removing`): a refused removal
+    /// undoes its own, and unpins the node when no other stands (`refused`).
+    var removalPins: Int32 = 0
     /// Its last name was removed (`nlink` 0): the descriptor goes once no open file needs it.
     var unlinked = false
     /// Its last name went to an unlink or to a rename that replaced it: the descriptor
@@ -623,22 +626,38 @@ final class InodeTable: @unchecked Sendable {
     /// again by a name it no longer has; so is a file to be kept until forgotten
     /// (`keeping`) that loses its last name, for the opens racing its removal (`removed`;
     /// a folder is pinned there, once removed: an `rmdir` refused must pin nothing).
-    /// Returns the node, for `removed`.
-    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> Inode? {
+    /// Returns the node, for `removed`, and whether this removal pinned it, for `refused`.
+    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> (node: Inode, pinned: Bool)? {
         guard let node = node(key) else { return nil }
         let pin = state.withLock { _ in
             node.openFiles > 0
                 || (keeping && links <= 1 && !node.isDirectory)
                 || (reopening == .byName && links > 1 && node.parent === directory && node.name == name)
         }
-        if pin, (try? acquire(node)) != nil {
-            state.withLock { s in
-                uncache(node, &s)
-                node.pinned = true
-            }
-            relinquish(node)
+        guard pin, (try? acquire(node)) != nil else { return (node, false) }
+        state.withLock { s in
+            uncache(node, &s)
+            node.pinned = true
+            node.removalPins += 1
         }
-        return node
+        relinquish(node)
+        return (node, true)
+    }
+
+    /// The store refused the removal that pinned `node` (`removing`): its names are as
+    /// they were, so unless another removal's pin stands, it goes back to the cache. Left
+    /// pinned, every refused removal (an immutable file, a change power-loss could not
+    /// record) held one more descriptor for as long as the kernel knew the node.
+    func refused(_ node: Inode) {
+        let spare = state.withLock { s -> [Int32] in
+            node.removalPins -= min(node.removalPins, 1)
+            guard node.removalPins == 0, node.pinned, !node.unlinked, node.inTable else { return [] }
+            node.pinned = false
+            guard node.descriptor >= 0 else { return [] }
+            install(node, node.descriptor, &s)
+            return evict(&s)
+        }
+        closeAll(spare)
     }
 
     /// After a name of `node` was removed: with no name left, its descriptor (and the

@@ -422,6 +422,49 @@ struct NodeTests {
         sys.exit(1 if bad else 0)
         """#
 
+    /// Removals the store refuses (files made immutable behind the mount: `EPERM` to
+    /// `unlink` and to a rename over them) leave the daemon's descriptors a bounded cache:
+    /// a file about to lose its last name is pinned for the opens racing its removal, and a
+    /// refused removal unpins it. Before, each one stayed pinned while the kernel knew it:
+    /// 300 refusals, 300 more descriptors.
+    @Test func refusedRemovalsPinNothing() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let folder = container.stored("Documents/kept")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        let names = (0..<300).map { "f\($0)" }
+        for name in names { try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + name)) }
+        let immutable = try runProgram(["chattr", "+i"] + names.map { folder + "/" + $0 })
+        try #require(immutable.status == 0, "\(immutable)")
+        defer { _ = try? runProgram(["chattr", "-i"] + names.map { folder + "/" + $0 }) }
+        let mounted = try runProgram([containerfsBinary, "mount", container.store, container.mountpoint],
+                                     environment: environment(["CONTAINERFS_TEST_NODE_CACHE": "16"]))
+        try #require(mounted.status == 0, "\(mounted)")
+        let script = #"""
+            import errno, os, sys
+            mnt, store = sys.argv[1], sys.argv[2]
+            folder = mnt + "/Documents/kept"
+            with open(store + "/.containerfs/mount.lock") as f: pid = f.readline().strip()
+            def held(): return len(os.listdir(f"/proc/{pid}/fd"))
+            before = held()
+            refused = 0
+            with open(mnt + "/Documents/new", "w") as f: f.write("new")
+            for i in range(300):
+                for attempt in ("unlink", "rename"):
+                    try:
+                        if attempt == "unlink": os.unlink(f"{folder}/f{i}")
+                        else: os.rename(mnt + "/Documents/new", f"{folder}/f{i}")
+                    except PermissionError: refused += 1
+            after = held()
+            print("refused", refused, "descriptors", before, "->", after)
+            assert refused == 600, refused
+            assert after - before < 40, f"{after - before} more descriptors after {refused} refused removals"
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, container.store])
+        #expect(result.status == 0, "\(result)")
+        print("refusedRemovals: \(result.stdout)")
+    }
+
     /// Deleting a 100 MiB file through the mount, or replacing it by a rename, frees its
     /// blocks in the store at once (when the kernel forgets it, as the removal returns)
     /// when no program holds it; one held open keeps them until it is closed; 100 MiB in
