@@ -246,6 +246,7 @@ final class InodeTable: @unchecked Sendable {
                     node.unlinked = false
                     node.keptUntilForgotten = false
                     node.pinned = false
+                    node.removalPins = 0
                     if node.descriptor >= 0 { install(node, node.descriptor, &s) }
                 }
                 if node.parent !== parent {
