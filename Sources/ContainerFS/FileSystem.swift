@@ -350,7 +350,8 @@ final class FileSystem: @unchecked Sendable {
         try check(.rename(from: source, to: target, exchange: exchange), caller, "rename",
                   [(path(from, fromName), source), (path(to, toName), target)])
         // A node the rename replaces loses a name, as with unlink.
-        let replaced = exchange ? nil : removing(to, newName, toName, keeping: true)
+        let removal = exchange ? nil : removing(to, newName, toName, keeping: true)
+        let replaced = removal?.node
         // A new name in the target folder may grow it: refused when the container is full.
         // An exchange reuses both names, but either folder may still change: both counted.
         func renamed() throws(Errno) {
@@ -358,7 +359,7 @@ final class FileSystem: @unchecked Sendable {
                 try inodes.withDescriptor(to) { toFD throws(Errno) in try sys { clinux_renameat2(fromFD, name, toFD, newName, flags) } }
             }
         }
-        let released = try removingName(of: replaced, keeping: true) { () throws(Errno) in
+        let released = try removingName(of: removal, keeping: true) { () throws(Errno) in
             try trackingNames(from, fromName, (to, toName), { () throws(Errno) in if !exchange { try recordRenameOver(from, name, to, newName) } }) { () throws(Errno) in
                 if exchange {
                     try countingFolderGrowth(from, reserving: false) { () throws(Errno) in try countingFolderGrowth(to, reserving: false, renamed) }
@@ -376,10 +377,9 @@ final class FileSystem: @unchecked Sendable {
     /// Removes `name` from `directory`; a node that loses its last name lets go of its
     /// descriptor when no open file needs it, so its blocks are freed as natively.
     private func remove(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], _ flags: Int32) throws(Errno) -> InodeTable.Released {
-        // A folder is let go at once: an `opendir` racing its `rmdir` can still get `ESTALE`.
-        let file = flags & AT_REMOVEDIR == 0
-        let node = removing(directory, name, childName, keeping: file)
-        return try removingName(of: node, keeping: file) { () throws(Errno) in
+        let removal = removing(directory, name, childName, keeping: true)
+        let node = removal?.node
+        return try removingName(of: removal, keeping: true) { () throws(Errno) in
             try trackingNames(directory, childName) { () throws(Errno) in try countingRemoval(directory, name, node) { () throws(Errno) in
                 try inodes.withDescriptor(directory) { fd throws(Errno) in try sys { unlinkat(fd, name, flags) } }
             } }
@@ -389,7 +389,22 @@ final class FileSystem: @unchecked Sendable {
     /// Runs `removal`, which takes a name from `node` (nil: not known); with `keeping`, one
     /// that loses its last name is kept until the kernel forgets it (InodeTable.removed),
     /// and with a capacity held as an open file is, its blocks counted as long as they are kept.
-    private func removingName(of node: Inode?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
+    /// A folder's descriptor is held in use across the removal (a file's is pinned before
+    /// it, `removing`): once removed, no reopen could find it, and the cache must not
+    /// close it before the table keeps it.
+    /// A refused removal undoes the pin `removing` made for it (`InodeTable.refused`).
+    private func removingName(of known: (node: Inode, pinned: Bool)?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
+        let node = known?.node
+        do {
+            guard keeping, let folder = node, folder.isDirectory else { return try removingNameNow(of: node, keeping: keeping, removal) }
+            return try inodes.holdingDescriptor(folder) { () throws(Errno) in try removingNameNow(of: node, keeping: keeping, removal) }
+        } catch {
+            if let known, known.pinned { inodes.refused(known.node) }
+            throw error
+        }
+    }
+
+    private func removingNameNow(of node: Inode?, keeping: Bool, _ removal: () throws(Errno) -> Void) throws(Errno) -> InodeTable.Released {
         let held = keeping ? node.flatMap { space.isActive && inodes.holdKept($0) ? $0 : nil } : nil
         if let held {
             space.opened(held.key)
@@ -415,8 +430,8 @@ final class FileSystem: @unchecked Sendable {
     }
 
     /// The known node at `name` in `directory`, about to lose that name; a file to be kept
-    /// until the kernel forgets it (`keeping`) is pinned.
-    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], keeping: Bool = false) -> Inode? {
+    /// until the kernel forgets it (`keeping`) is pinned (a folder once removed, `removed`).
+    private func removing(_ directory: Inode, _ name: UnsafePointer<CChar>, _ childName: [UInt8], keeping: Bool = false) -> (node: Inode, pinned: Bool)? {
         var info = stat()
         guard (try? inodes.withDescriptor(directory, { fd in fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) })) == 0 else { return nil }
         return inodes.removing(InodeKey(info), links: UInt(info.st_nlink), from: directory, name: childName, keeping: keeping)

@@ -41,6 +41,9 @@ final class Inode: @unchecked Sendable {
     /// Kept open whatever the cache's size: the root, a node whose recorded name was
     /// removed while it has other names or open files.
     var pinned = false
+    /// Pins made by removals of its names (`InodeTable.removing`): a refused removal
+    /// undoes its own, and unpins the node when no other stands (`refused`).
+    var removalPins: Int32 = 0
     /// Its last name was removed (`nlink` 0): the descriptor goes once no open file needs it.
     var unlinked = false
     /// Its last name went to an unlink or to a rename that replaced it: the descriptor
@@ -213,21 +216,37 @@ final class InodeTable: @unchecked Sendable {
     /// Records one more reference from the kernel to the node `fd` opens, found as `name`
     /// in `parent`. Takes ownership of `fd` (closing it when the node already has one).
     func remember(fd: Int32, info: stat, parent: Inode, name: [UInt8]) -> Inode {
+        // Whether the node has a name now, asked (outside the lock) only of a known node
+        // whose last name went: a lookup that found the name just before its removal is
+        // no new link, and taking it for one let go of a node kept until forgotten (the
+        // capacity then counted a removed folder held for good).
+        var linked: Bool?
+        while true {
+            if let node = remember(fd: fd, info: info, parent: parent, name: name, linked: linked) { return node }
+            var now = stat()
+            linked = fstat(fd, &now) == 0 && now.st_nlink > 0
+        }
+    }
+
+    /// `remember`; nil when the node is known, unlinked, and `linked` not yet asked.
+    private func remember(fd: Int32, info: stat, parent: Inode, name: [UInt8], linked: Bool?) -> Inode? {
         let key = InodeKey(info)
         var spare: [Int32] = []
         var dropped: [Inode] = []
-        let node = state.withLock { s in
+        let node = state.withLock { s -> Inode? in
             // Computed here, from the parent's location now, so a reclassification walk
             // running meanwhile cannot leave this node behind.
             let location = layout.child(name, of: parent.location)
             if let node = s.nodes[key], !Self.isReused(node, as: info) {
+                if node.unlinked, linked == nil { return nil }
                 node.lookups += 1
-                if node.unlinked {
+                if node.unlinked, linked == true {
                     // Linked again (an O_TMPFILE file, or one deleted while open): it has a
                     // name to be reopened by.
                     node.unlinked = false
                     node.keptUntilForgotten = false
                     node.pinned = false
+                    node.removalPins = 0
                     if node.descriptor >= 0 { install(node, node.descriptor, &s) }
                 }
                 if node.parent !== parent {
@@ -281,12 +300,18 @@ final class InodeTable: @unchecked Sendable {
         let (kept, held) = state.withLock { s -> (Int32, Bool) in
             node.lookups -= min(count, node.lookups)
             // A removed node, kept for the opens racing its removal (`removed`): its close
-            // frees its blocks, which the closer's thread waits for, not this one.
-            let kept = node.unlinked && node.lookups == 0 && node.users == 0 && node.openFiles == 0 && node.firstChild == nil
+            // frees its blocks, which the closer's thread waits for, not this one. A removed
+            // folder goes even while a known node still sits below it (a deleted file whose
+            // `FORGET` another thread has yet to serve): no name leads through it any more,
+            // and left to that node's retirement its close would never be counted.
+            let kept = node.unlinked && node.lookups == 0 && node.users == 0 && node.openFiles == 0
                 ? dropDescriptor(node, &s) : -1
-            defer { node.heldAsOpen = false }
+            // Only the forget that lets it go ends the hold: one of a single lookup (the
+            // kernel's answer to a revalidation that found another node) leaves it held.
+            let held = kept >= 0 && node.heldAsOpen
+            if kept >= 0 { node.heldAsOpen = false }
             _ = retireIfUnused(node, &s, &spare)
-            return (kept, node.heldAsOpen)
+            return (kept, held)
         }
         closeAll(spare)
         guard kept >= 0 else { return nil }
@@ -300,12 +325,12 @@ final class InodeTable: @unchecked Sendable {
         state.withLock { _ in node.keptUntilForgotten && node.inTable && node.descriptor >= 0 }
     }
 
-    /// Marks `node`, about to lose a name to an unlink or a rename over it, as held by the
-    /// capacity as an open file while the table keeps it; false when it will not be kept
-    /// (not pinned) or is held already (two removals of it at once).
+    /// Marks `node`, about to lose a name to an unlink, an rmdir or a rename over it, as
+    /// held by the capacity as an open file while the table keeps it; false when it will
+    /// not be kept (a file not pinned) or is held already (two removals of it at once).
     func holdKept(_ node: Inode) -> Bool {
         state.withLock { _ in
-            guard node.pinned, !node.heldAsOpen else { return false }
+            guard node.pinned || node.isDirectory, !node.heldAsOpen else { return false }
             node.heldAsOpen = true
             return true
         }
@@ -351,6 +376,15 @@ final class InodeTable: @unchecked Sendable {
         let fd = try acquire(node)
         defer { relinquish(node) }
         return try body(fd)
+    }
+
+    /// Runs `body` holding a use of the node's descriptor when one can be had (a cold node
+    /// is opened again; when it cannot be, `body` runs without), so that the cache does not
+    /// close it meanwhile.
+    func holdingDescriptor<R>(_ node: Inode, _ body: () throws(Errno) -> R) throws(Errno) -> R {
+        let held = (try? acquire(node)) != nil
+        defer { if held { relinquish(node) } }
+        return try body()
     }
 
     private func acquire(_ node: Inode) throws(Errno) -> Int32 {
@@ -591,23 +625,40 @@ final class InodeTable: @unchecked Sendable {
     /// Before `name` in `directory` is removed or replaced: a known node that has other
     /// names or open files is pinned, since an ordinary user's daemon could not open it
     /// again by a name it no longer has; so is a file to be kept until forgotten
-    /// (`keeping`) that loses its last name, for the opens racing its removal (`removed`).
-    /// Returns the node, for `removed`.
-    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> Inode? {
+    /// (`keeping`) that loses its last name, for the opens racing its removal (`removed`;
+    /// a folder is pinned there, once removed: an `rmdir` refused must pin nothing).
+    /// Returns the node, for `removed`, and whether this removal pinned it, for `refused`.
+    func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> (node: Inode, pinned: Bool)? {
         guard let node = node(key) else { return nil }
         let pin = state.withLock { _ in
             node.openFiles > 0
-                || (keeping && links <= 1)
+                || (keeping && links <= 1 && !node.isDirectory)
                 || (reopening == .byName && links > 1 && node.parent === directory && node.name == name)
         }
-        if pin, (try? acquire(node)) != nil {
-            state.withLock { s in
-                uncache(node, &s)
-                node.pinned = true
-            }
-            relinquish(node)
+        guard pin, (try? acquire(node)) != nil else { return (node, false) }
+        state.withLock { s in
+            uncache(node, &s)
+            node.pinned = true
+            node.removalPins += 1
         }
-        return node
+        relinquish(node)
+        return (node, true)
+    }
+
+    /// The store refused the removal that pinned `node` (`removing`): its names are as
+    /// they were, so unless another removal's pin stands, it goes back to the cache. Left
+    /// pinned, every refused removal (an immutable file, a change power-loss could not
+    /// record) held one more descriptor for as long as the kernel knew the node.
+    func refused(_ node: Inode) {
+        let spare = state.withLock { s -> [Int32] in
+            node.removalPins -= min(node.removalPins, 1)
+            guard node.removalPins == 0, node.pinned, !node.unlinked, node.inTable else { return [] }
+            node.pinned = false
+            guard node.descriptor >= 0 else { return [] }
+            install(node, node.descriptor, &s)
+            return evict(&s)
+        }
+        closeAll(spare)
     }
 
     /// After a name of `node` was removed: with no name left, its descriptor (and the
@@ -617,12 +668,14 @@ final class InodeTable: @unchecked Sendable {
     /// the last close frees the blocks, which on ext4 waits for the discard, and the
     /// program need not wait for that.
     ///
-    /// A file unlinked or replaced by a rename (`keptUntilForgotten`) keeps them until the
-    /// kernel forgets it, which it does at once unless something holds it: an `open` the
-    /// kernel resolved to it just before the removal then opens it, as on ext4. Let go at
-    /// once, that open got `ESTALE`, and so did the kernel's one retry when a second
-    /// removal raced it: a reader of a file saved atomically in a loop, 1 open in 70; of a
-    /// file deleted and made again in a loop (a lock file, SQLite's journal), 1 in 130.
+    /// A file unlinked or replaced by a rename, or a folder removed (`keptUntilForgotten`),
+    /// keeps them until the kernel forgets it, which it does at once unless something holds
+    /// it: an `open` the kernel resolved to it just before the removal then opens it, as
+    /// on ext4. Let go at once, that open got `ESTALE`, and so did the kernel's one retry
+    /// when a second removal raced it: a reader of a file saved atomically in a loop, 1
+    /// open in 70; of a file deleted and made again in a loop (a lock file, SQLite's
+    /// journal), 1 in 130; of a folder made and removed in a loop, 1 `opendir` in 12 to
+    /// 30 and 1 `chdir` in 4 to 15. Kept, it is pinned: no reopen could find it.
     func removed(_ node: Inode, keptUntilForgotten: Bool = false) -> Released {
         var info = stat()
         let links = (try? withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }) == 0 ? info.st_nlink : 0
@@ -630,7 +683,13 @@ final class InodeTable: @unchecked Sendable {
         let (fd, free) = state.withLock { s -> (Int32, Bool) in
             node.unlinked = true
             node.keptUntilForgotten = keptUntilForgotten
-            guard node.mayLetGo else { return (-1, false) }
+            guard node.mayLetGo else {
+                if keptUntilForgotten, node.inTable, node.descriptor >= 0 {
+                    uncache(node, &s)
+                    node.pinned = true
+                }
+                return (-1, false)
+            }
             node.pinned = false
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)
         }

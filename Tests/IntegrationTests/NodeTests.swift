@@ -337,6 +337,134 @@ struct NodeTests {
         }
     }
 
+    /// Programs opening, listing, stating and entering a folder (`chdir`, then `stat(".")`
+    /// and a listing there) while others make and remove it in a loop get what ext4 gives:
+    /// success (a removed folder lists empty) or `ENOENT`, never `ESTALE`. A folder that
+    /// `rmdir` or a rename over it removes is kept until the kernel forgets it, as a file is. For root's daemon
+    /// (attributes cached, and with `timeout=0` and a capacity, whose count stays true) and
+    /// an ordinary user's.
+    @Test(arguments: [(String?.none, false), (String?.none, true), (alice, false)])
+    func foldersRacingRmdirAreThereOrGone(user: String?, uncached: Bool) throws {
+        let container = try MountedContainer(user: user)
+        defer { container.unmount() }
+        if uncached { try CapacityTests.setCapacity(container, "200M") }
+        try container.mount(options: uncached ? ["timeout=0"] : [])
+        let result = try runProgram(["/usr/bin/python3", "-c", Self.folderRaceScript, container.mountpoint + "/Documents", "2.5"], user: user)
+        #expect(result.status == 0, "\(result)")
+        print("foldersRacingRmdir user=\(user ?? "root") uncached=\(uncached): \(result.stdout)")
+        if uncached { try CapacityTests.expectTrueCount(container, "after the folder races") }
+    }
+
+    /// Below argv[1], for argv[2] seconds: two processes make and remove the folder `race/d`
+    /// (one of them also renames another empty folder over it) while four open it (and list the descriptor), list it, stat it, and `chdir` into it
+    /// (then stat and list `.`); prints what each got, by errno; exits 1 on anything but
+    /// success or ENOENT, or on a maker's error.
+    static let folderRaceScript = #"""
+        import errno, json, os, sys, time
+        base, seconds = sys.argv[1] + "/race", float(sys.argv[2])
+        os.mkdir(base)
+        name = base + "/d"
+        def churn(replacing):
+            spare = f"{base}/spare{os.getpid()}"
+            while time.monotonic() < deadline:
+                try: os.mkdir(name)
+                except FileExistsError: pass
+                if replacing:
+                    # A rename over the empty folder removes it too.
+                    os.mkdir(spare)
+                    try: os.rename(spare, name)
+                    except OSError as e:
+                        os.rmdir(spare)
+                        if e.errno != errno.ENOTEMPTY: raise
+                try: os.rmdir(name)
+                except FileNotFoundError: pass
+            return {}
+        def probe(kind):
+            counts = {}
+            while time.monotonic() < deadline:
+                try:
+                    if kind == "opendir":
+                        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY)
+                        try: listed = os.listdir(fd)
+                        finally: os.close(fd)
+                    elif kind == "listdir": listed = os.listdir(name)
+                    elif kind == "stat": os.stat(name); listed = []
+                    else:
+                        os.chdir(name)
+                        try: os.stat("."); listed = os.listdir(".")
+                        finally: os.chdir("/")
+                    result = "ok" if listed == [] else "listed " + repr(listed)
+                except OSError as e:
+                    result = errno.errorcode.get(e.errno, str(e.errno))
+                counts[result] = counts.get(result, 0) + 1
+            return counts
+        deadline = time.monotonic() + seconds
+        children = {}
+        for kind in ("churn", "replace", "opendir", "listdir", "stat", "chdir"):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read)
+                try: counts = churn(kind == "replace") if kind in ("churn", "replace") else probe(kind)
+                except BaseException as e: counts = {"churn " + repr(e): 1}
+                os.write(write, json.dumps(counts).encode()); os._exit(0)
+            os.close(write)
+            children[pid] = (kind, read)
+        bad = 0
+        for pid, (kind, read) in children.items():
+            data = b""
+            while chunk := os.read(read, 65536): data += chunk
+            os.waitpid(pid, 0)
+            counts = json.loads(data or b"{}")
+            bad += sum(n for result, n in counts.items() if result not in ("ok", "ENOENT"))
+            if kind not in ("churn", "replace"): print(kind, dict(sorted(counts.items())))
+        print("unexpected", bad)
+        sys.exit(1 if bad else 0)
+        """#
+
+    /// Removals the store refuses (files made immutable behind the mount: `EPERM` to
+    /// `unlink` and to a rename over them) leave the daemon's descriptors a bounded cache:
+    /// a file about to lose its last name is pinned for the opens racing its removal, and a
+    /// refused removal unpins it. Before, each one stayed pinned while the kernel knew it:
+    /// 300 refusals, 300 more descriptors.
+    @Test func refusedRemovalsPinNothing() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let folder = container.stored("Documents/kept")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        let names = (0..<300).map { "f\($0)" }
+        for name in names { try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + name)) }
+        let immutable = try runProgram(["chattr", "+i"] + names.map { folder + "/" + $0 })
+        try #require(immutable.status == 0, "\(immutable)")
+        defer { _ = try? runProgram(["chattr", "-i"] + names.map { folder + "/" + $0 }) }
+        let mounted = try runProgram([containerfsBinary, "mount", container.store, container.mountpoint],
+                                     environment: environment(["CONTAINERFS_TEST_NODE_CACHE": "16"]))
+        try #require(mounted.status == 0, "\(mounted)")
+        let script = #"""
+            import errno, os, sys
+            mnt, store = sys.argv[1], sys.argv[2]
+            folder = mnt + "/Documents/kept"
+            with open(store + "/.containerfs/mount.lock") as f: pid = f.readline().strip()
+            def held(): return len(os.listdir(f"/proc/{pid}/fd"))
+            before = held()
+            refused = 0
+            with open(mnt + "/Documents/new", "w") as f: f.write("new")
+            for i in range(300):
+                for attempt in ("unlink", "rename"):
+                    try:
+                        if attempt == "unlink": os.unlink(f"{folder}/f{i}")
+                        else: os.rename(mnt + "/Documents/new", f"{folder}/f{i}")
+                    except PermissionError: refused += 1
+            after = held()
+            print("refused", refused, "descriptors", before, "->", after)
+            assert refused == 600, refused
+            assert after - before < 40, f"{after - before} more descriptors after {refused} refused removals"
+            """#
+        let result = try runProgram(["/usr/bin/python3", "-c", script, container.mountpoint, container.store])
+        #expect(result.status == 0, "\(result)")
+        print("refusedRemovals: \(result.stdout)")
+    }
+
     /// Deleting a 100 MiB file through the mount, or replacing it by a rename, frees its
     /// blocks in the store at once (when the kernel forgets it, as the removal returns)
     /// when no program holds it; one held open keeps them until it is closed; 100 MiB in
