@@ -41,6 +41,9 @@ final class Inode: @unchecked Sendable {
     /// Kept open whatever the cache's size: the root, a node whose recorded name was
     /// removed while it has other names or open files.
     var pinned = false
+    /// Pinned only because its recorded name was removed while it has other names
+    /// (`InodeTable.removing`): counted in `namePins`, which is bounded.
+    var pinnedForName = false
     /// Its last name was removed (`nlink` 0): the descriptor goes once no open file needs it.
     var unlinked = false
     /// Its last name went to an unlink or to a rename that replaced it: the descriptor
@@ -116,6 +119,9 @@ final class InodeTable: @unchecked Sendable {
     let reopening: Reopening
     /// The most descriptors the cache keeps open (pinned ones and those in use aside).
     let capacity: Int
+    /// The most nodes pinned only for a removed recorded name (`removing`): a quarter of
+    /// the cache a descriptor limit gives, whatever the test setting.
+    let namePinLimit: Int
     private let slots: NodeSlots
     /// A plain (not `O_PATH`) descriptor of the store's root: `open_by_handle_at` wants one.
     private let mountFD: Int32
@@ -140,6 +146,8 @@ final class InodeTable: @unchecked Sendable {
         var newest: Inode?
         var oldest: Inode?
         var cached = 0
+        /// Nodes pinned only for a removed recorded name (`Inode.pinnedForName`).
+        var namePins = 0
     }
 
     /// - Parameters:
@@ -160,6 +168,7 @@ final class InodeTable: @unchecked Sendable {
         slots = NodeSlots()
         mountFD = clinux_reopen(fd, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.capacity = max(capacity ?? Self.testCapacity ?? Self.defaultCapacity(), 1)
+        namePinLimit = max(Self.defaultCapacity() / 4, 1)
         self.reopening = reopening ?? Self.testReopening ?? (Self.handlesWork(mountFD) ? .byHandle : .byName)
     }
 
@@ -227,6 +236,12 @@ final class InodeTable: @unchecked Sendable {
                     // name to be reopened by.
                     node.unlinked = false
                     node.keptUntilForgotten = false
+                    node.pinned = false
+                    endNamePin(node, &s)
+                    if node.descriptor >= 0 { install(node, node.descriptor, &s) }
+                } else if node.pinnedForName {
+                    // Found by a name again: it can be reopened by that one.
+                    endNamePin(node, &s)
                     node.pinned = false
                     if node.descriptor >= 0 { install(node, node.descriptor, &s) }
                 }
@@ -329,6 +344,7 @@ final class InodeTable: @unchecked Sendable {
             slots.set(each.id, nil)
             s.freeIDs.append(each.id)
             each.inTable = false
+            endNamePin(each, &s)
             uncache(each, &s)
             if each.users == 0, each.descriptor >= 0 {
                 spare.append(each.descriptor)
@@ -572,6 +588,7 @@ final class InodeTable: @unchecked Sendable {
             node.openFiles -= min(node.openFiles, 1)
             guard node.mayLetGo else { return -1 }
             node.pinned = false
+            endNamePin(node, &s)
             return node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1
         }
         if fd >= 0 { Glibc.close(fd) }
@@ -593,21 +610,40 @@ final class InodeTable: @unchecked Sendable {
     /// again by a name it no longer has; so is a file to be kept until forgotten
     /// (`keeping`) that loses its last name, for the opens racing its removal (`removed`).
     /// Returns the node, for `removed`.
+    ///
+    /// A pin for other names alone costs no program anything (`ln a b; rm b`, no file
+    /// open) and lasts until the kernel forgets the node, which it may never do: at most
+    /// `namePinLimit` are kept, or a loop of those ran the daemon out of descriptors and
+    /// every later create and lookup failed with `EMFILE`. Past the bound the node stays in
+    /// the cache; once evicted, a request by its node id gets `ESTALE` until a lookup by
+    /// its other name finds it (the kernel retries a path walk that way).
     func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> Inode? {
         guard let node = node(key) else { return nil }
-        let pin = state.withLock { _ in
-            node.openFiles > 0
-                || (keeping && links <= 1)
-                || (reopening == .byName && links > 1 && node.parent === directory && node.name == name)
+        let (pin, forNameOnly) = state.withLock { _ -> (Bool, Bool) in
+            if node.openFiles > 0 || (keeping && links <= 1) { return (true, false) }
+            let forName = reopening == .byName && links > 1 && node.parent === directory && node.name == name
+            return (forName, forName)
         }
         if pin, (try? acquire(node)) != nil {
             state.withLock { s in
+                if forNameOnly, !node.pinned {
+                    guard s.namePins < namePinLimit else { return }
+                    node.pinnedForName = true
+                    s.namePins += 1
+                }
                 uncache(node, &s)
                 node.pinned = true
             }
             relinquish(node)
         }
         return node
+    }
+
+    /// Ends `node`'s pin for a removed recorded name, if it has one (the caller unpins it).
+    private func endNamePin(_ node: Inode, _ s: inout State) {
+        guard node.pinnedForName else { return }
+        node.pinnedForName = false
+        s.namePins -= 1
     }
 
     /// After a name of `node` was removed: with no name left, its descriptor (and the
@@ -632,6 +668,7 @@ final class InodeTable: @unchecked Sendable {
             node.keptUntilForgotten = keptUntilForgotten
             guard node.mayLetGo else { return (-1, false) }
             node.pinned = false
+            endNamePin(node, &s)
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)
         }
         return Released(descriptor: fd, backingID: free ? takeBacking(node) : 0, bytes: UInt64(clamping: info.st_blocks) &* 512)
