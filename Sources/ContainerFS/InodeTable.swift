@@ -662,7 +662,7 @@ final class InodeTable: @unchecked Sendable {
     func removed(_ node: Inode, keptUntilForgotten: Bool = false) -> Released {
         var info = stat()
         let links = (try? withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }) == 0 ? info.st_nlink : 0
-        guard links == 0 else { return Released() }
+        guard links == 0 else { return Released(keptAName: true) }
         let (fd, free) = state.withLock { s -> (Int32, Bool) in
             node.unlinked = true
             node.keptUntilForgotten = keptUntilForgotten
@@ -680,6 +680,8 @@ final class InodeTable: @unchecked Sendable {
         fileprivate var descriptor: Int32 = -1
         fileprivate var backingID: Int32 = 0
         fileprivate var bytes: UInt64 = 0   // what the close frees
+        /// The node still has a name (a hard link): nothing is let go, nothing freed.
+        fileprivate(set) var keptAName = false
 
         /// The blocks the removed node had, which its close frees.
         var freedBytes: Int64 { Int64(clamping: bytes) }
