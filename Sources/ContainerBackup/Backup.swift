@@ -220,6 +220,11 @@ struct BackupWriter {
             attributes: item.attributes)
     }
 
+    /// Whether `path` is below Documents/Inbox.
+    private func isInInbox(_ path: ContainerPath) -> Bool {
+        store.layout.location(of: path) == .inside(.inbox)
+    }
+
     /// Writes a file, consistent with itself: read through one descriptor while hashing,
     /// then checked unchanged (size, times); if it changed, its entry is taken back and it
     /// is read again. Returns false if it is gone or no longer a file.
@@ -239,7 +244,10 @@ struct BackupWriter {
             try sys { fstat(fd, &before) }
             guard before.st_mode & S_IFMT == S_IFREG else { return false }
             let identity = InodeIdentity(before)
-            if before.st_nlink > 1, let first = written[identity], same(first.changed, before.st_ctim) {
+            // A name across Documents/Inbox from the first is written as a copy: a restore
+            // refuses such a link, which would let the app change a handed-over file.
+            if before.st_nlink > 1, let first = written[identity], same(first.changed, before.st_ctim),
+               isInInbox(first.path) == isInInbox(item.path) {
                 var header = header(item, info: ItemStat(before))
                 header.hardLinkTarget = first.path.bytes
                 try writer.writeHeader(header)

@@ -285,6 +285,11 @@ private struct ArchivePass {
             guard let targetPath = ContainerPath(strict: target), files.contains(targetPath) else {
                 throw Refusal("entry \(path) is a hard link to \(ContainerPath.printable(target)), which is not an earlier file of the archive")
             }
+            // Through the mount such a link is denied (SPEC §2): the app could change the
+            // handed-over file under its other name. A backup writes such a name as a copy.
+            if (layout.location(of: targetPath) == .inside(.inbox)) != (layout.location(of: path) == .inside(.inbox)) {
+                throw Refusal("entry \(path) is a hard link to \(targetPath) across Documents/Inbox, which would let the app change a handed-over file under its other name")
+            }
         }
         if kind == .symlink, (entry.symlinkTarget ?? []).isEmpty { throw Refusal("entry \(path) is a symlink without a target") }
         for attribute in entry.attributes where !attribute.name.starts(with: Array("user.".utf8)) {

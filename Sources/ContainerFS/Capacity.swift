@@ -623,14 +623,18 @@ extension FileSystem {
     }
 
     /// The node `ino`, held as an open file while the table kept it (`rename`), goes with
-    /// the `bytes` it has: as at a last close, counted and freed when it has no name left
-    /// and no program holds it open.
-    func releaseHeld(_ ino: fuse_ino_t, _ key: InodeKey, _ bytes: Int64) {
+    /// the `bytes` it has (nil: measured here, a file that kept a name): as at a last
+    /// close, counted and freed when it has no name left and no program holds it open.
+    func releaseHeld(_ ino: fuse_ino_t, _ key: InodeKey, _ bytes: Int64?) {
         // Counted before it stops being waited for (`SpaceAccount.settling`).
         defer { space.letGo(key) }
         space.serialized(ino) { counted in
             let (last, unlinked) = space.closed(key)
             guard last else { return }
+            // The last close of a file that keeps a name counts the blocks it has: taken as
+            // none, a program's writes counted before it closed (not the last close then,
+            // with the hold) were given back while the file kept them.
+            let bytes = bytes ?? (try? inodes.inode(ino)).flatMap { blockBytes(of: $0) } ?? 0
             space.catchUp(&counted, key, bytes)
             counted[key] = nil
             if unlinked { space.settle(reserved: bytes, actual: 0) }

@@ -424,7 +424,8 @@ final class FileSystem: @unchecked Sendable {
         let released = node.map { inodes.removed($0, keptUntilForgotten: keeping) } ?? InodeTable.Released()
         if let held, !inodes.keeps(held) {
             inodes.unholdKept(held)
-            releaseHeld(inodes.ino(held), held.key, released.freedBytes)
+            // A file that kept a name (a hard link) frees nothing: its blocks are measured.
+            releaseHeld(inodes.ino(held), held.key, released.keptAName ? nil : released.freedBytes)
         }
         return released
     }

@@ -44,6 +44,9 @@ final class Inode: @unchecked Sendable {
     /// Pins made by removals of its names (`InodeTable.removing`): a refused removal
     /// undoes its own, and unpins the node when no other stands (`refused`).
     var removalPins: Int32 = 0
+    /// Pinned only because its recorded name was removed while it has other names
+    /// (`InodeTable.removing`): counted in `namePins`, which is bounded.
+    var pinnedForName = false
     /// Its last name was removed (`nlink` 0): the descriptor goes once no open file needs it.
     var unlinked = false
     /// Its last name went to an unlink or to a rename that replaced it: the descriptor
@@ -119,6 +122,9 @@ final class InodeTable: @unchecked Sendable {
     let reopening: Reopening
     /// The most descriptors the cache keeps open (pinned ones and those in use aside).
     let capacity: Int
+    /// The most nodes pinned only for a removed recorded name (`removing`): a quarter of
+    /// the cache a descriptor limit gives, whatever the test setting.
+    let namePinLimit: Int
     private let slots: NodeSlots
     /// A plain (not `O_PATH`) descriptor of the store's root: `open_by_handle_at` wants one.
     private let mountFD: Int32
@@ -143,6 +149,8 @@ final class InodeTable: @unchecked Sendable {
         var newest: Inode?
         var oldest: Inode?
         var cached = 0
+        /// Nodes pinned only for a removed recorded name (`Inode.pinnedForName`).
+        var namePins = 0
     }
 
     /// - Parameters:
@@ -163,6 +171,7 @@ final class InodeTable: @unchecked Sendable {
         slots = NodeSlots()
         mountFD = clinux_reopen(fd, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.capacity = max(capacity ?? Self.testCapacity ?? Self.defaultCapacity(), 1)
+        namePinLimit = max(Self.defaultCapacity() / 4, 1)
         self.reopening = reopening ?? Self.testReopening ?? (Self.handlesWork(mountFD) ? .byHandle : .byName)
     }
 
@@ -245,6 +254,13 @@ final class InodeTable: @unchecked Sendable {
                     // name to be reopened by.
                     node.unlinked = false
                     node.keptUntilForgotten = false
+                    node.pinned = false
+                    node.removalPins = 0
+                    endNamePin(node, &s)
+                    if node.descriptor >= 0 { install(node, node.descriptor, &s) }
+                } else if node.pinnedForName {
+                    // Found by a name again: it can be reopened by that one.
+                    endNamePin(node, &s)
                     node.pinned = false
                     node.removalPins = 0
                     if node.descriptor >= 0 { install(node, node.descriptor, &s) }
@@ -354,6 +370,7 @@ final class InodeTable: @unchecked Sendable {
             slots.set(each.id, nil)
             s.freeIDs.append(each.id)
             each.inTable = false
+            endNamePin(each, &s)
             uncache(each, &s)
             if each.users == 0, each.descriptor >= 0 {
                 spare.append(each.descriptor)
@@ -606,6 +623,7 @@ final class InodeTable: @unchecked Sendable {
             node.openFiles -= min(node.openFiles, 1)
             guard node.mayLetGo else { return -1 }
             node.pinned = false
+            endNamePin(node, &s)
             return node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1
         }
         if fd >= 0 { Glibc.close(fd) }
@@ -628,21 +646,34 @@ final class InodeTable: @unchecked Sendable {
     /// (`keeping`) that loses its last name, for the opens racing its removal (`removed`;
     /// a folder is pinned there, once removed: an `rmdir` refused must pin nothing).
     /// Returns the node, for `removed`, and whether this removal pinned it, for `refused`.
+    ///
+    /// A pin for other names alone costs no program anything (`ln a b; rm b`, no file
+    /// open) and lasts until the kernel forgets the node, which it may never do: at most
+    /// `namePinLimit` are kept, or a loop of those ran the daemon out of descriptors and
+    /// every later create and lookup failed with `EMFILE`. Past the bound the node stays in
+    /// the cache; once evicted, a request by its node id gets `ESTALE` until a lookup by
+    /// its other name finds it (the kernel retries a path walk that way).
     func removing(_ key: InodeKey, links: UInt, from directory: Inode, name: [UInt8], keeping: Bool = false) -> (node: Inode, pinned: Bool)? {
         guard let node = node(key) else { return nil }
-        let pin = state.withLock { _ in
-            node.openFiles > 0
-                || (keeping && links <= 1 && !node.isDirectory)
-                || (reopening == .byName && links > 1 && node.parent === directory && node.name == name)
+        let (pin, forNameOnly) = state.withLock { _ -> (Bool, Bool) in
+            if node.openFiles > 0 || (keeping && links <= 1 && !node.isDirectory) { return (true, false) }
+            let forName = reopening == .byName && links > 1 && node.parent === directory && node.name == name
+            return (forName, forName)
         }
         guard pin, (try? acquire(node)) != nil else { return (node, false) }
-        state.withLock { s in
+        let pinned = state.withLock { s -> Bool in
+            if forNameOnly, !node.pinned {
+                guard s.namePins < namePinLimit else { return false }
+                node.pinnedForName = true
+                s.namePins += 1
+            }
             uncache(node, &s)
             node.pinned = true
             node.removalPins += 1
+            return true
         }
         relinquish(node)
-        return (node, true)
+        return (node, pinned)
     }
 
     /// The store refused the removal that pinned `node` (`removing`): its names are as
@@ -653,12 +684,20 @@ final class InodeTable: @unchecked Sendable {
         let spare = state.withLock { s -> [Int32] in
             node.removalPins -= min(node.removalPins, 1)
             guard node.removalPins == 0, node.pinned, !node.unlinked, node.inTable else { return [] }
+            endNamePin(node, &s)
             node.pinned = false
             guard node.descriptor >= 0 else { return [] }
             install(node, node.descriptor, &s)
             return evict(&s)
         }
         closeAll(spare)
+    }
+
+    /// Ends `node`'s pin for a removed recorded name, if it has one (the caller unpins it).
+    private func endNamePin(_ node: Inode, _ s: inout State) {
+        guard node.pinnedForName else { return }
+        node.pinnedForName = false
+        s.namePins -= 1
     }
 
     /// After a name of `node` was removed: with no name left, its descriptor (and the
@@ -679,7 +718,7 @@ final class InodeTable: @unchecked Sendable {
     func removed(_ node: Inode, keptUntilForgotten: Bool = false) -> Released {
         var info = stat()
         let links = (try? withDescriptor(node) { fd in fstatat(fd, "", &info, clinux_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }) == 0 ? info.st_nlink : 0
-        guard links == 0 else { return Released() }
+        guard links == 0 else { return Released(keptAName: true) }
         let (fd, free) = state.withLock { s -> (Int32, Bool) in
             node.unlinked = true
             node.keptUntilForgotten = keptUntilForgotten
@@ -691,6 +730,7 @@ final class InodeTable: @unchecked Sendable {
                 return (-1, false)
             }
             node.pinned = false
+            endNamePin(node, &s)
             return (node.users == 0 && node.descriptor >= 0 ? dropDescriptor(node, &s) : -1, true)
         }
         return Released(descriptor: fd, backingID: free ? takeBacking(node) : 0, bytes: UInt64(clamping: info.st_blocks) &* 512)
@@ -702,6 +742,8 @@ final class InodeTable: @unchecked Sendable {
         fileprivate var descriptor: Int32 = -1
         fileprivate var backingID: Int32 = 0
         fileprivate var bytes: UInt64 = 0   // what the close frees
+        /// The node still has a name (a hard link): nothing is let go, nothing freed.
+        fileprivate(set) var keptAName = false
 
         /// The blocks the removed node had, which its close frees.
         var freedBytes: Int64 { Int64(clamping: bytes) }

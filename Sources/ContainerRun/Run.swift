@@ -337,6 +337,18 @@ public struct Run {
         return pid
     }
 
+    /// Reaps the child `pid` if it exits within `seconds`; whether it did (or is gone).
+    private static func reap(_ pid: pid_t, within seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        var status: Int32 = 0
+        while true {
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid || (result < 0 && errno != EINTR) { return true }
+            if Date() > deadline { return false }
+            usleep(10_000)
+        }
+    }
+
     /// Waits for `pid` and returns its exit status, 128+N when signal N killed it.
     private func waitForExit(_ pid: pid_t) -> Int32 {
         var status: Int32 = 0
@@ -352,8 +364,16 @@ public struct Run {
         if let daemon {
             let unmounted = Self.unmount(mountpoint)
             // The daemon is our child: reap it once it has exited (it has when its lock is free).
-            var status: Int32 = 0
-            while waitpid(daemon, &status, unmounted ? 0 : WNOHANG) < 0, errno == EINTR {}
+            // Within a bound: out of descriptors, the mount table reads as empty, so the mount
+            // looks gone while the daemon still serves it, and `run` waited for it forever
+            // (`ulimit -n 32`). Asked to stop, the daemon unmounts itself.
+            if unmounted, !Self.reap(daemon, within: 5) {
+                kill(daemon, SIGTERM)
+                _ = Self.reap(daemon, within: 10)
+            } else if !unmounted {
+                var status: Int32 = 0
+                while waitpid(daemon, &status, WNOHANG) < 0, errno == EINTR {}
+            }
         }
         // Only what this run mounted: a daemon that failed to start may have lost a race
         // with another mount of the store, whose app is running.

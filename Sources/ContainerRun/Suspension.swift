@@ -113,7 +113,8 @@ public enum Suspension {
             if stat(group.mountpoint, &info) == 0 { groupDevices[UInt64(info.st_dev)] = group }
         }
         var locks: [HeldLock] = []
-        for pid in processes(ofSandbox: initPID) {
+        let sandbox = processes(ofSandbox: initPID)
+        for pid in sandbox {
             let command = ((try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? "?").trimmingCharacters(in: .newlines)
             let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
             for fd in descriptors {
@@ -131,7 +132,37 @@ public enum Suspension {
                 locks.append(HeldLock(path: path, pid: pid, command: command, inSharedGroup: group != nil))
             }
         }
-        return locks
+        return locks + unseenGroupLocks(of: sandbox, groupDevices: groupDevices, seen: locks)
+    }
+
+    /// The locks in a group that a process of the sandbox took and that no descriptor of
+    /// it shows: a flock or POSIX lock lasts as long as its open file, which a descriptor
+    /// in flight over a socket (`SCM_RIGHTS`, never received) or a mapping keeps open with
+    /// no descriptor left. /proc/locks names the process that took such a lock (an OFD
+    /// lock names none: `-1`, left out) and the file by device and inode.
+    private static func unseenGroupLocks(of sandbox: [pid_t], groupDevices: [UInt64: SharedGroupMount], seen: [HeldLock]) -> [HeldLock] {
+        guard !groupDevices.isEmpty, let table = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        let members = Set(sandbox)
+        let already = Set(seen.filter(\.inSharedGroup).map(\.pid))
+        var found: [HeldLock] = []
+        // "1: FLOCK  ADVISORY  WRITE 8457 00:3a:1234 0 EOF"; a waiter's line has "->" after
+        // the number: it holds nothing.
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count >= 6, fields[1] != "->", let pid = pid_t(fields[4]), members.contains(pid), !already.contains(pid) else { continue }
+            let node = fields[5].split(separator: ":")
+            guard node.count == 3, let major = UInt32(node[0], radix: 16), let minor = UInt32(node[1], radix: 16),
+                  let group = groupDevices[deviceNumber(major: major, minor: minor)] else { continue }
+            let command = ((try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? "?").trimmingCharacters(in: .newlines)
+            found.append(HeldLock(path: "\(group.inside) (inode \(node[2]), no descriptor open)", pid: pid, command: command, inSharedGroup: true))
+        }
+        return found
+    }
+
+    /// glibc's `makedev` (a macro Swift cannot call): a device number from its two parts.
+    private static func deviceNumber(major: UInt32, minor: UInt32) -> UInt64 {
+        let (major, minor) = (UInt64(major), UInt64(minor))
+        return (major & 0xfff) << 8 | (major & 0xffff_f000) << 32 | (minor & 0xff) | (minor & 0xffff_ff00) << 12
     }
 
     /// Suspends the sandbox: stops it, then applies `SuspensionRule`; a program killed is

@@ -1034,6 +1034,36 @@ extension CapacityTests {
         try Self.expectTrueCount(container, "after the replaced files went")
     }
 
+    /// A name of a file open elsewhere removed while the file keeps another (a hard link):
+    /// the removal holds the file as an open one, and when that hold was the last to go
+    /// (the program closed it meanwhile) its close was counted as if the file had no
+    /// blocks left: two writers and a `ln a b; rm b` loop took the count of a 64 KiB file
+    /// that stayed to 0 within two seconds, so the capacity held nothing back.
+    @Test func removingAHardLinkOfAnOpenFileKeepsItsBlocksCounted() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        try Self.setCapacity(container, "64M")
+        try container.mount(options: ["nopassthrough"])
+        let lines = try Self.python(container, """
+            import os, sys, time, multiprocessing
+            D = sys.argv[1] + "/Documents"
+            with open(D + "/a", "wb") as f: f.write(b"w" * 65536)
+            def writer():
+                end = time.monotonic() + 2
+                while time.monotonic() < end:
+                    fd = os.open(D + "/a", os.O_RDWR); os.pwrite(fd, b"w" * 65536, 0); os.close(fd)
+            def linker():
+                end = time.monotonic() + 2
+                while time.monotonic() < end:
+                    os.link(D + "/a", D + "/b"); os.unlink(D + "/b")
+            workers = [multiprocessing.Process(target=f) for f in (writer, writer, linker)]
+            [w.start() for w in workers]; [w.join() for w in workers]
+            print(all(w.exitcode == 0 for w in workers))
+            """)
+        #expect(lines == ["True"])
+        try Self.expectTrueCount(container, "after the hard link loop")
+    }
+
     /// A deleted file is kept until the kernel forgets it (for the opens racing the
     /// unlink), and counted meanwhile; the `FORGET` comes as the unlink returns, but may be
     /// served after the program's next request. That request still finds the room: a

@@ -271,6 +271,28 @@ struct GroupTests {
         #expect(rows.stdout == "1\n")
     }
 
+    /// A flock lasts as long as its open file, which a descriptor in flight over a socket
+    /// keeps with no descriptor left in any process: such a lock in the group escaped the
+    /// check (it looked only at descriptors) and the program survived its suspension. It is
+    /// found by /proc/locks now, which names the process that took it.
+    @Test func aLockWhoseDescriptorIsInFlightIsFoundAtSuspension() throws {
+        let device = try GroupDevice()
+        let program = #"""
+            import fcntl, os, socket, time
+            fd = os.open(os.environ["APP_GROUP_COM_EXAMPLE_SHARED"] + "/hidden.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            a, b = socket.socketpair()
+            socket.send_fds(a, [b"x"], [fd])
+            os.close(fd)
+            time.sleep(8)
+            print("not-killed")
+            """#
+        let result = try runProgram([containerfsBinary, "run", device.app, "--suspend-after", "0.5s", "--resume-after", "0.5s", "--", "python3", "-c", program])
+        #expect(result.status == 204 && !result.stdout.contains("not-killed"), "\(result)")
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].contains("0xdead10cc") && lines[0].contains(GroupDevice.inside) && lines[0].contains("no descriptor open"), "\(result)")
+    }
+
     /// `--launches --suspend-after random`: each launch suspended at a moment drawn from the
     /// seed, printed with it; the same seed, the same moments, whether the program holds a
     /// shared lock then (killed, 204) or not (resumed, exits 0).

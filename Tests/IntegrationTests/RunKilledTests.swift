@@ -52,6 +52,21 @@ struct RunKilledTests {
         #expect(containerMounts(of: device.app).isEmpty && containerMounts(of: device.groupStore).isEmpty)
     }
 
+    /// `run` out of descriptors (`ulimit -n 30`, its output piped) fails with one line and
+    /// ends, leaving nothing mounted: the mount table then read as empty, so the mount
+    /// looked gone while the daemon still served it, and `run` waited for it forever.
+    @Test func aRunOutOfDescriptorsEndsAndLeavesNothingMounted() throws {
+        let container = try MountedContainer()
+        defer { container.unmount() }
+        let script = #"ulimit -n 30 && "$0" run "$1" -- sh -c 'echo hi' 2>&1 | cat"#
+        let run = try BackgroundProgram(["/bin/sh", "-c", script, containerfsBinary, container.store])
+        let ended = eventually(seconds: 40) { processGone(run.pid) }
+        if !ended, let daemon = try? daemonPID(container.store) { kill(daemon, SIGTERM) }  // what a hung run leaves
+        let result = run.wait(seconds: 20)
+        #expect(ended, "run did not end: \(result)")
+        #expect(eventually { containerMounts(of: container.store).isEmpty }, "mounts left: \(containerMounts(of: container.store))")
+    }
+
     /// The run that mounted the group ends first, the other member's run last: that one
     /// unmounts the group while the daemon looks whether anyone still uses it, and neither
     /// waits for the other (it did, 10 s, when the daemon's look blocked on the decision
