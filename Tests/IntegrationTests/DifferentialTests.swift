@@ -38,6 +38,10 @@ struct DifferentialTests {
 
         for step in 1...FuzzSettings.operations {
             let operation = generator.next(existing: model.paths())
+            if options.contains("writeback"), operation.writesPastExt4sLargestFile {
+                history.append("\(step): \(operation) — skipped (the writeback cache takes it, docs/testing.md)")
+                continue
+            }
             let expected = model.expect(operation)
             if let inconsistency = model.inconsistency {
                 Issue.record("seed \(seed), step \(step): \(operation)\nthe test's model of the kernel is wrong: \(inconsistency)\n\(rerun)")
@@ -197,6 +201,15 @@ private enum FuzzOperation: CustomStringConvertible {
     case utimens(FuzzPath, seconds: Int)
     case fallocate(FuzzPath, offset: Int, length: Int)
     case copyRange(from: FuzzPath, to: FuzzPath, length: Int)
+
+    /// A write ending past ext4's largest file (16 TiB). With the kernel's writeback cache
+    /// the page cache takes it and only the write-back fails (`EIO` at close, where ext4
+    /// answers `EFBIG`): a divergence of the cache's design (docs/testing.md), not asked of
+    /// a writeback mount.
+    var writesPastExt4sLargestFile: Bool {
+        guard case .write(_, let offset, _) = self else { return false }
+        return offset >= 1 << 44
+    }
 
     /// The system call that fails when the kernel or the policy refuses the step.
     var firstCall: String {
