@@ -74,7 +74,8 @@ BACKUP_SOAK = CONTAINERFS=$(BIN) python3 scripts/backup-soak.py --rounds 3 --wor
 # synchronous=FULL and DELETE with EXTRA, 100 seeded power cuts each; a failure names the seed.
 POWER_SOAK_SEED ?= 1
 soak: build
-	timeout --kill-after=30 1200 $(SWIFT) test $(BUILD_FLAGS) --no-parallel --filter '$(LONG_TESTS)'; \
+	CONTAINERFS_FUZZ_SEED=9 CONTAINERFS_FUZZ_SEEDS=12 timeout --kill-after=30 1500 $(SWIFT) test $(BUILD_FLAGS) --no-parallel \
+		--filter '$(LONG_TESTS)|DifferentialTests/mountAgreesWithModel'; \
 		status=$$?; scripts/sweep-mounts.sh; test $$status -eq 0
 	@for seed in $(SOAK_SEEDS); do \
 		CONTAINERFS=$(BIN) python3 scripts/capacity-soak.py $$seed --rounds 12 --workers 4 --ops 100 --tolerance 16384 || exit 1; \

@@ -14,7 +14,8 @@ for argument in "$@"; do
 done
 set -- "${arguments[@]}"
 log=$(mktemp /tmp/containerfs-test.XXXXXX.log)
-timeout --kill-after=30 1200 "$swift" test "$@" --no-parallel 2>&1 | tee "$log"
+# The differential fuzz runs seeds 1-3 here, 6-8 in the io_uring pass, 9-20 in make soak.
+CONTAINERFS_FUZZ_SEEDS=${CONTAINERFS_FUZZ_SEEDS:-3} timeout --kill-after=30 1200 "$swift" test "$@" --no-parallel 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
 # The kernel's switch is machine-wide (off by default); it is put back as it was. Without
@@ -28,7 +29,7 @@ if [[ "$status" -eq 0 && -w "$switch" ]]; then
   echo "== the mount suites again, with FUSE over io_uring on =="
   # Each root mount checks at unmount that its daemon served requests through the rings
   # (MountedContainer.expectRequestsThroughRings): a silent fall-back fails the pass.
-  # The differential fuzz takes three seeds of its own here (6-8), not the first pass's 1-5.
+  # The differential fuzz takes three seeds of its own here (6-8), not the first pass's 1-3.
   CONTAINERFS_TEST_URING=1 CONTAINERFS_FUZZ_SEED=${CONTAINERFS_FUZZ_SEED:-6} CONTAINERFS_FUZZ_SEEDS=${CONTAINERFS_FUZZ_SEEDS:-3} timeout --kill-after=30 900 "$swift" test "$@" --skip-build --no-parallel --filter "$ring_suites" 2>&1 | tee -a "$log"
   status=${PIPESTATUS[0]}
   echo "$before" > "$switch"
