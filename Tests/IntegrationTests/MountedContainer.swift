@@ -239,6 +239,18 @@ func foregroundDaemonLog(_ options: String, _ body: (MountedContainer) throws ->
     return daemon.wait(seconds: 10).stderr
 }
 
+/// `containerfs mount -f` of `container` in the background under `ulimit -n descriptors`,
+/// with `-o options` and `environment` (NAME=VALUE words), returned once the mount is up.
+func limitedDaemon(_ container: MountedContainer, descriptors: Int, options: String? = nil, environment: String = "") throws -> BackgroundProgram {
+    let mountOptions = options.map { "-o \($0) " } ?? ""
+    let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n \(descriptors) && \(environment) exec \"$0\" mount -f \(mountOptions)\"$1\" \"$2\"",
+                                        containerfsBinary, container.store, container.mountpoint])
+    let deadline = Date().addingTimeInterval(10)
+    while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
+    try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+    return daemon
+}
+
 func isMountPoint(_ path: String) -> Bool {
     mountTable().contains { $0.mountpoint == path }
 }

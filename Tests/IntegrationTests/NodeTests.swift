@@ -612,11 +612,7 @@ struct NodeTests {
     @Test func runningOutOfDescriptorsFailsOneRequestAndIsLoggedOnce() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" mount -f \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 64)
         let script = #"""
             import errno, os, sys
             docs = sys.argv[1] + "/Documents"
@@ -653,11 +649,7 @@ struct NodeTests {
     @Test func removedHardLinksCannotRunTheDaemonOutOfDescriptors() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 128 && CONTAINERFS_TEST_NODE_REOPEN=names exec \"$0\" mount -f \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 128, environment: "CONTAINERFS_TEST_NODE_REOPEN=names")
         let script = #"""
             import os, sys
             docs = sys.argv[1] + "/Documents"

@@ -211,11 +211,7 @@ struct PowerLossTests {
     @Test func changesBeyondTheDaemonsDescriptorsAreRefusedNotLetThrough() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 256, options: "power-loss")
         let script = #"""
             import errno, os, sys
             docs = sys.argv[1] + "/Documents"
@@ -253,11 +249,7 @@ struct PowerLossTests {
     @Test func newFilesBeyondTheDaemonsDescriptorsAreRecordedAndEmptiedByTheCut() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 256, options: "power-loss")
         let script = #"""
             import os, sys
             docs = sys.argv[1] + "/Documents"
@@ -287,11 +279,7 @@ struct PowerLossTests {
     @Test func newFoldersBeyondTheDaemonsDescriptorsAreRecordedAndEmptiedByTheCut() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 256, options: "power-loss")
         let script = #"""
             import os, sys
             docs = sys.argv[1] + "/Documents"
@@ -645,11 +633,7 @@ struct PowerLossTests {
     @Test func renamesOverFilesWithTheDaemonsDescriptorsSpentAreRecordedOrRefused() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 256, options: "power-loss")
         let script = #"""
             import errno, os, sys
             docs = sys.argv[1] + "/Documents"
@@ -700,11 +684,7 @@ struct PowerLossTests {
     @Test func nameChangesWithTheDaemonsDescriptorsSpentAreRecordedOrRefusedWithEIO() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 256, options: "power-loss")
         let script = #"""
             import collections, errno, os, sys
             docs = sys.argv[1] + "/Documents"
@@ -750,11 +730,7 @@ struct PowerLossTests {
     @Test func aRenameRefusedWithEIOJoinsNoFolders() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 256, options: "power-loss")
         let script = #"""
             import errno, os, sys
             docs = sys.argv[1] + "/Documents"
@@ -803,11 +779,7 @@ struct PowerLossTests {
     @Test func theCutsWalkFindsNewFilesWithTheDaemonsDescriptorsSpent() throws {
         let container = try MountedContainer()
         defer { container.unmount() }
-        let daemon = try BackgroundProgram(["/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" mount -f -o power-loss \"$1\" \"$2\"",
-                                            containerfsBinary, container.store, container.mountpoint])
-        let deadline = Date().addingTimeInterval(10)
-        while !isMountPoint(container.mountpoint), Date() < deadline { usleep(20_000) }
-        try #require(isMountPoint(container.mountpoint), "\(daemon.wait(seconds: 1))")
+        let daemon = try limitedDaemon(container, descriptors: 64, options: "power-loss")
         let script = #"""
             import errno, os, sys
             docs = sys.argv[1] + "/Documents"

@@ -27,8 +27,10 @@ final class BackgroundProgram {
         let base = try makeTemporaryDirectory()
         outputPath = base + "/stdout"
         errorPath = base + "/stderr"
-        FileManager.default.createFile(atPath: outputPath, contents: nil)
-        FileManager.default.createFile(atPath: errorPath, contents: nil)
+        guard FileManager.default.createFile(atPath: outputPath, contents: nil),
+              FileManager.default.createFile(atPath: errorPath, contents: nil) else {
+            throw TestFailure("cannot make the output files in \(base)")
+        }
         process.executableURL = URL(fileURLWithPath: arguments[0])
         process.arguments = Array(arguments.dropFirst())
         process.standardOutput = FileHandle(forWritingAtPath: outputPath)
